@@ -1,0 +1,301 @@
+"""The only module that imports llama_cpp: load models, tokenize, decode batches, edit the KV cache.
+
+A `Context` owns one KV cache and knows exactly which tokens it holds (`tokens`). Every decode appends to that
+list and every removal is checked, so callers can reconcile by common prefix instead of counting.
+"""
+from __future__ import annotations
+
+import collections
+import ctypes
+import os
+import sys
+import time
+from typing import Sequence
+
+import numpy as np
+
+import llama_cpp as ll
+
+from .errors import BackendError, ContextOverflowError, ModelLoadError
+
+# llama.cpp's log goes through here: kept (for error messages) and printed only when verbose.
+_recent_log: collections.deque[str] = collections.deque(maxlen=50)
+_verbose = False
+
+
+@ll.llama_log_callback
+def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    line = text.decode("utf-8", "replace")
+    _recent_log.append(line)
+    if _verbose:
+        sys.stderr.write(line)
+
+
+ll.llama_log_set(_log_callback, ctypes.c_void_p(0))
+ll.llama_backend_init()
+
+
+def set_verbose(verbose: bool) -> None:
+    """Show llama.cpp's own log on stderr (off by default)."""
+    global _verbose
+    _verbose = verbose
+
+
+def _last_error() -> str:
+    for line in reversed(_recent_log):
+        line = line.strip()
+        if line and ("error" in line.lower() or "failed" in line.lower()):
+            return line
+    return "no reason given (run with --verbose to see llama.cpp's log)"
+
+
+def default_threads() -> int:
+    n = os.cpu_count() or 1
+    return n if n <= 4 else n // 2  # beyond 4 logical CPUs, assume SMT: one thread per physical core
+
+
+def system_info() -> str:
+    return ll.llama_print_system_info().decode()
+
+
+class Model:
+    """A loaded GGUF model: weights and vocabulary, no KV cache."""
+
+    def __init__(self, path: str | os.PathLike, n_gpu_layers: int = 0) -> None:
+        self.path = os.fspath(path)
+        if not os.path.isfile(self.path):
+            raise ModelLoadError(f"model file not found: {self.path}")
+        with open(self.path, "rb") as f:
+            if f.read(4) != b"GGUF":
+                raise ModelLoadError(f"not a GGUF model file: {self.path}")
+        params = ll.llama_model_default_params()
+        params.n_gpu_layers = n_gpu_layers
+        self._ptr = ll.llama_model_load_from_file(self.path.encode(), params)
+        if not self._ptr:
+            raise ModelLoadError(f"llama.cpp could not load {self.path}: {_last_error()}")
+        self._vocab = ll.llama_model_get_vocab(self._ptr)
+        self.n_vocab: int = ll.llama_vocab_n_tokens(self._vocab)
+        self.n_ctx_train: int = ll.llama_model_n_ctx_train(self._ptr)
+        self.is_recurrent = bool(ll.llama_model_is_recurrent(self._ptr) or ll.llama_model_is_hybrid(self._ptr))
+        self._pieces: dict[int, bytes] = {}
+
+    # vocabulary ------------------------------------------------------------------------------------------
+    @property
+    def vocab_type(self) -> int:
+        return ll.llama_vocab_type(self._vocab)
+
+    @property
+    def bos(self) -> int:
+        return ll.llama_vocab_bos(self._vocab)
+
+    @property
+    def eos(self) -> int:
+        return ll.llama_vocab_eos(self._vocab)
+
+    @property
+    def add_bos(self) -> bool:
+        return bool(ll.llama_vocab_get_add_bos(self._vocab))
+
+    @property
+    def add_eos(self) -> bool:
+        return bool(ll.llama_vocab_get_add_eos(self._vocab))
+
+    def token_text(self, token: int) -> bytes:
+        """The vocabulary entry as stored (what the pair check compares)."""
+        return ll.llama_vocab_get_text(self._vocab, token) or b""
+
+    def is_eog(self, token: int) -> bool:
+        return 0 <= token < self.n_vocab and bool(ll.llama_vocab_is_eog(self._vocab, token))
+
+    def tokenize(self, text: str | bytes, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        data = text.encode("utf-8") if isinstance(text, str) else text
+        cap = len(data) + 8
+        buf = (ll.llama_token * cap)()
+        n = ll.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)
+        if n < 0:  # buffer too small: -n is the size needed
+            cap = -n
+            buf = (ll.llama_token * cap)()
+            n = ll.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)
+        if n < 0:
+            raise BackendError("llama.cpp could not tokenize the prompt")
+        return list(buf[:n])
+
+    def piece(self, token: int) -> bytes:
+        """The bytes a generated token adds to the text (special tokens render as nothing)."""
+        cached = self._pieces.get(token)
+        if cached is not None:
+            return cached
+        buf = ctypes.create_string_buffer(64)
+        n = ll.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = ll.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False)
+        out = buf.raw[: max(n, 0)]
+        self._pieces[token] = out
+        return out
+
+    def detokenize(self, tokens: Sequence[int]) -> bytes:
+        return b"".join(self.piece(t) for t in tokens)
+
+    # metadata --------------------------------------------------------------------------------------------
+    def meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(4096)
+        n = ll.llama_model_meta_val_str(self._ptr, key.encode(), buf, len(buf))
+        if n < 0:
+            return None
+        if n >= len(buf):
+            buf = ctypes.create_string_buffer(n + 1)
+            ll.llama_model_meta_val_str(self._ptr, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", "replace")
+
+    def chat_template(self) -> str | None:
+        tmpl = ll.llama_model_chat_template(self._ptr, None)
+        return tmpl.decode("utf-8", "replace") if tmpl else None
+
+    def describe(self) -> str:
+        buf = ctypes.create_string_buffer(256)
+        ll.llama_model_desc(self._ptr, buf, len(buf))
+        return buf.value.decode("utf-8", "replace")
+
+    def close(self) -> None:
+        if getattr(self, "_ptr", None):
+            ll.llama_model_free(self._ptr)
+            self._ptr = None
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def apply_builtin_template(template: str, messages: Sequence[tuple[str, str]], add_assistant: bool) -> str | None:
+    """llama.cpp's own chat formatting for the templates it recognises; None when it does not know this one."""
+    arr = (ll.llama_chat_message * len(messages))()
+    keep = []  # the C structs borrow these bytes
+    for i, (role, content) in enumerate(messages):
+        r, c = role.encode(), content.encode()
+        keep += [r, c]
+        arr[i].role, arr[i].content = r, c
+    size = 4096 + 2 * sum(len(c) for c in keep)
+    buf = ctypes.create_string_buffer(size)
+    n = ll.llama_chat_apply_template(template.encode(), arr, len(messages), add_assistant, buf, size)
+    if n < 0:
+        return None
+    if n > size:
+        buf = ctypes.create_string_buffer(n)
+        n = ll.llama_chat_apply_template(template.encode(), arr, len(messages), add_assistant, buf, n)
+    return buf.raw[:n].decode("utf-8", "replace")
+
+
+class Context:
+    """One KV cache (sequence 0) of a model, with the list of tokens it holds."""
+
+    def __init__(self, model: Model, n_ctx: int = 4096, n_threads: int | None = None, n_batch: int = 512) -> None:
+        self.model = model
+        threads = n_threads or default_threads()
+        params = ll.llama_context_default_params()
+        params.n_ctx = n_ctx
+        params.n_batch = params.n_ubatch = min(n_batch, n_ctx)
+        params.n_seq_max = 1
+        params.n_threads = params.n_threads_batch = threads
+        self._ptr = ll.llama_init_from_model(model._ptr, params)
+        if not self._ptr:
+            raise ModelLoadError(f"llama.cpp could not create a {n_ctx}-token context for {model.path}: {_last_error()}")
+        self._mem = ll.llama_get_memory(self._ptr)
+        self.n_ctx: int = ll.llama_n_ctx(self._ptr)
+        self.n_batch: int = min(n_batch, n_ctx)
+        self._batch = ll.llama_batch_init(self.n_batch, 0, 1)
+        self.tokens: list[int] = []
+        self.llama_s = 0.0  # wall time spent inside llama.cpp calls, for the overhead figure
+
+    @property
+    def room(self) -> int:
+        return self.n_ctx - len(self.tokens)
+
+    def decode(self, tokens: Sequence[int], logit_rows: Sequence[int] = ()) -> np.ndarray:
+        """Append tokens to the cache; return logits (float32, one row per index in logit_rows, in that order).
+
+        Only the rows asked for are computed, which is what makes a batched verify cheap in memory.
+        """
+        if len(tokens) > self.room:
+            raise ContextOverflowError(
+                f"{len(self.tokens) + len(tokens)} tokens do not fit in the {self.n_ctx}-token context; "
+                "use a larger --ctx-size or a shorter prompt"
+            )
+        want = {r: i for i, r in enumerate(logit_rows)}
+        out = np.empty((len(logit_rows), self.model.n_vocab), dtype=np.float32)
+        b = self._batch
+        t0 = time.perf_counter()
+        before = len(self.tokens)
+        try:
+            for start in range(0, len(tokens), self.n_batch):
+                chunk = tokens[start : start + self.n_batch]
+                base = len(self.tokens)
+                for j, tok in enumerate(chunk):
+                    b.token[j] = tok
+                    b.pos[j] = base + j
+                    b.n_seq_id[j] = 1
+                    b.seq_id[j][0] = 0
+                    b.logits[j] = (start + j) in want
+                b.n_tokens = len(chunk)
+                self.tokens.extend(chunk)  # before the call: on any failure the except below rolls it back
+                rc = ll.llama_decode(self._ptr, b)
+                if rc != 0:
+                    raise BackendError(f"llama_decode failed with code {rc}: {_last_error()}")
+                for j in range(len(chunk)):
+                    row = want.get(start + j)
+                    if row is not None:
+                        ptr = ll.llama_get_logits_ith(self._ptr, j)
+                        out[row] = np.ctypeslib.as_array(ptr, shape=(self.model.n_vocab,))
+        except BaseException:
+            # A failed or interrupted decode (Ctrl-C lands right after the C call) leaves the cache as it was.
+            if not ll.llama_memory_seq_rm(self._mem, 0, before, -1):
+                self.clear()
+            del self.tokens[before:]
+            raise
+        finally:
+            self.llama_s += time.perf_counter() - t0
+        return out
+
+    def truncate(self, n: int) -> None:
+        """Keep the first n tokens of the cache, drop the rest (llama_memory_seq_rm, result checked)."""
+        if n >= len(self.tokens):
+            return
+        t0 = time.perf_counter()
+        ok = ll.llama_memory_seq_rm(self._mem, 0, n, -1)
+        self.llama_s += time.perf_counter() - t0
+        if not ok:
+            # Partial removal is refused by caches that cannot rewind (recurrent models); start over cleanly.
+            self.clear()
+            raise BackendError(f"llama.cpp could not roll back the cache of {self.model.path} to {n} tokens")
+        del self.tokens[n:]
+
+    def clear(self) -> None:
+        ll.llama_memory_clear(self._mem, True)
+        self.tokens.clear()
+
+    def common_prefix(self, seq: Sequence[int]) -> int:
+        n = 0
+        for a, b in zip(self.tokens, seq):
+            if a != b:
+                break
+            n += 1
+        return n
+
+    def close(self) -> None:
+        if getattr(self, "_ptr", None):
+            ll.llama_batch_free(self._batch)
+            ll.llama_free(self._ptr)
+            self._ptr = None
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def quantize(src: str | os.PathLike, dst: str | os.PathLike, ftype: str = "Q8_0", threads: int | None = None) -> None:
+    """Write a re-quantized copy of a GGUF model with llama.cpp's quantize API (used to make test drafts)."""
+    params = ll.llama_model_quantize_default_params()
+    params.ftype = getattr(ll, f"LLAMA_FTYPE_MOSTLY_{ftype.upper()}")
+    params.allow_requantize = True
+    params.nthread = threads or default_threads()
+    rc = ll.llama_model_quantize(os.fspath(src).encode(), os.fspath(dst).encode(), ctypes.byref(params))
+    if rc != 0:
+        raise BackendError(f"llama_model_quantize failed with code {rc}: {_last_error()}")

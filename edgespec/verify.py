@@ -1,0 +1,59 @@
+"""Acceptance math for speculative decoding, pure numpy (Leviathan et al. 2023, Chen et al. 2023).
+
+p: target distributions, one row per drafted position plus one for the bonus token, shape (K+1, V).
+q: draft distributions for the K drafted tokens, shape (K, V), or None for a deterministic proposal (prompt
+   lookup, greedy drafts), which is the one-hot q = e_x.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from .sampling import sample
+
+
+def verify_greedy(target_argmax: Sequence[int], draft: Sequence[int]) -> tuple[int, int]:
+    """Temperature 0: accept the longest prefix of the draft that the target would have chosen itself.
+
+    target_argmax[i] is the target's choice after the context plus draft[:i] (K+1 entries).
+    Returns (n_accepted, next_token): next_token is the target's own token at the first mismatch, or the bonus.
+    """
+    n = 0
+    while n < len(draft) and draft[n] == target_argmax[n]:
+        n += 1
+    return n, int(target_argmax[n])
+
+
+def residual(p: np.ndarray, q: np.ndarray | None, x: int) -> np.ndarray:
+    """normalize(max(p - q, 0)): what to draw from after rejecting x. With q = None (one-hot at x), p without x."""
+    if q is None:
+        r = p.copy()
+        if x < r.shape[0]:
+            r[x] = 0.0
+    else:
+        r = np.maximum(p - q, 0.0)
+    total = r.sum()
+    if total <= 0.0:
+        # Only reachable when p == q up to rounding, where rejection has probability ~0; p is then the right answer.
+        return p / p.sum()
+    return r / total
+
+
+def verify_sampled(
+    p: np.ndarray, q: np.ndarray | None, draft: Sequence[int], rng: np.random.Generator
+) -> tuple[int, int]:
+    """Rejection sampling: accept x_i with probability min(1, p_i(x_i) / q_i(x_i)); on the first rejection draw
+    from the residual; if all K pass draw the bonus token from p_K. The output follows p exactly.
+
+    Returns (n_accepted, next_token).
+    """
+    for i, x in enumerate(draft):
+        in_vocab = x < p.shape[1]  # a draft id outside the target's vocab has p = 0: always rejected
+        px = p[i, x] if in_vocab else 0.0
+        qx = q[i, x] if q is not None and in_vocab else 1.0
+        # u < px/qx written without the division: qx = 0 < px (never drafted by q itself) accepts; px = 0 rejects.
+        if rng.random() * qx < px:
+            continue
+        return i, sample(residual(p[i], None if q is None else q[i], x), rng)
+    return len(draft), sample(p[len(draft)], rng)
