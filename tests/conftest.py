@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import tiny_models  # noqa: E402
+
+DRAFT_NOISE = 0.06  # the draft agrees with the target on roughly 60% of tokens: full, partial and no acceptance
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("tiny")
+
+
+@pytest.fixture(scope="session")
+def tiny_pair(tiny_dir) -> tuple[Path, Path]:
+    """(target, draft): same vocabulary, different weights."""
+    base = tiny_models.weights(0)
+    return (tiny_models.write(tiny_dir / "target.gguf", base),
+            tiny_models.write(tiny_dir / "draft.gguf", tiny_models.perturbed(base, DRAFT_NOISE, 1)))
+
+
+@pytest.fixture(scope="session")
+def make_pair(tiny_dir):
+    """The tiny pair rewritten with another end-of-generation token (the weights are the same)."""
+
+    def make(eos: int) -> tuple[Path, Path]:
+        base = tiny_models.weights(0)
+        return (tiny_models.write(tiny_dir / f"target-eos{eos}.gguf", base, eos=eos),
+                tiny_models.write(tiny_dir / f"draft-eos{eos}.gguf", tiny_models.perturbed(base, DRAFT_NOISE, 1), eos=eos))
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def engine(tiny_pair):
+    import edgespec
+
+    e = edgespec.Engine.load(tiny_pair[0], draft=tiny_pair[1], n_ctx=1024, n_threads=2)
+    yield e
+    e.close()
+
+
+PROMPTS = ["Hello world", "the cat sat on the", "def f(x):\n    return", "1, 2, 3, 4,", "abc", "The", "in the in",
+           "Once upon a time", "SELECT * FROM", "<|im_start|>user\nhi<|im_end|>\n", "zzzz", "ÄÖÜ ß 日本語",
+           "x = [i for i in", "q", "The quick brown fox", "then", "42", "fn main() {", "Lorem ipsum dolor", "\n\n"]

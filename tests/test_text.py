@@ -1,0 +1,36 @@
+from edgespec.text import TextStream
+
+
+def feed(stream, pieces):
+    return [stream.push(p) for p in pieces]
+
+
+def test_multibyte_character_split_across_tokens_is_held_until_complete():
+    s = TextStream()
+    euro = "€".encode()
+    assert feed(s, [b"a", euro[:1], euro[1:2], euro[2:], b"b"]) == ["a", "", "", "€", "b"]
+
+
+def test_stop_string_across_tokens_cuts_text_and_is_never_shown():
+    s = TextStream(["STOP"])
+    out = feed(s, [b"hello S", b"TO", b"P and more"])
+    assert "".join(out) + s.flush() == "hello "
+    assert s.stopped and s.text == "hello "
+
+
+def test_prefix_of_stop_string_is_released_when_it_turns_out_not_to_be_one():
+    s = TextStream(["STOP"])
+    assert feed(s, [b"a ST", b"ART"]) == ["a ", "START"]
+    assert not s.stopped
+
+
+def test_flush_releases_held_text_at_the_end():
+    s = TextStream(["\n\n"])
+    assert s.push(b"line\n") == "line"
+    assert s.flush() == "\n"
+
+
+def test_earliest_of_several_stop_strings_wins():
+    s = TextStream(["b", "a"])
+    s.push(b"xxab")
+    assert s.text == "xx"
