@@ -47,7 +47,7 @@ if [[ "$have" != "$LLAMA_CPP_VERSION $want_args" ]] || ! "$VENV/bin/python" -c '
   say "building llama-cpp-python $LLAMA_CPP_VERSION from source (several minutes) with: $want_args"
   # --no-cache-dir: pip's wheel cache ignores CMAKE_ARGS and would reuse a wheel built with other flags.
   CMAKE_ARGS="$want_args" CMAKE_BUILD_PARALLEL_LEVEL="$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)" \
-    "$VENV/bin/python" -m pip install --no-cache-dir --force-reinstall --no-deps "llama-cpp-python==$LLAMA_CPP_VERSION"
+    "$VENV/bin/python" -m pip install --no-cache-dir --force-reinstall "llama-cpp-python==$LLAMA_CPP_VERSION"
   echo "$LLAMA_CPP_VERSION $want_args" > "$stamp"
 fi
 

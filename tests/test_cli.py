@@ -1,0 +1,92 @@
+"""The command line end to end, as a user runs it (a subprocess, real output streams, exit codes)."""
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from edgespec import default_model
+
+
+def run(*args, stdin=None):
+    return subprocess.run([sys.executable, "-m", "edgespec", *map(str, args)], input=stdin, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_generate_json_speculative_equals_no_spec(tiny_pair):
+    t, d = tiny_pair
+    common = ["generate", "-m", t, "--prompt", "Once upon a time", "-n", "40", "-t", "0", "--json"]
+    spec = run(*common, "--draft", d, "--draft-max", "4")
+    plain = run(*common, "--draft", d, "--no-spec")
+    assert spec.returncode == 0 and plain.returncode == 0, spec.stderr
+    a, b = json.loads(spec.stdout), json.loads(plain.stdout)
+    assert a["tokens"] == b["tokens"] and a["text"] == b["text"] and len(a["tokens"]) == 40
+    assert a["finish_reason"] == "length"
+    s = a["stats"]
+    for key in ["n_rounds", "n_drafted", "n_accepted", "acceptance_rate", "mean_accepted_length",
+                "accept_by_position", "tokens_per_s", "ms_per_token"]:
+        assert key in s
+    assert set(s["phase_s"]) == {"draft", "prepare", "verify", "accept"}
+    assert s["n_drafted"] > 0 and b["stats"]["n_drafted"] == 0
+
+
+def test_prompt_from_stdin_and_streamed_text(tiny_pair):
+    r = run("generate", "-m", tiny_pair[0], "-d", tiny_pair[1], "-p", "-", "-n", "10", "-t", "0",
+            stdin="Hello world")
+    j = run("generate", "-m", tiny_pair[0], "-p", "Hello world", "-n", "10", "-t", "0", "--json")
+    assert r.returncode == 0
+    assert r.stdout == json.loads(j.stdout)["text"] + "\n"
+    assert "tok/s" in r.stderr and "acceptance" in r.stderr
+
+
+def test_chat_flag_uses_the_models_template(tiny_pair):
+    r = run("generate", "-m", tiny_pair[0], "-p", "hi", "--chat", "--system", "be brief", "-n", "5", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["stats"]["n_prompt"] > 15
+
+
+@pytest.mark.parametrize("args,message", [
+    (["-m", "/nonexistent.gguf"], "edgespec: error: model file not found: /nonexistent.gguf"),
+    (["-m", "{t}", "-d", "{renamed}"], "edgespec: error: draft {renamed} cannot draft for target {t}: token 100"),
+    (["-m", "{t}", "-c", "256", "-p", "x" * 300], "edgespec: error: the prompt is 300 tokens"),
+])
+def test_user_errors_are_one_line_and_exit_1(tiny_dir, tiny_pair, args, message):
+    import tiny_models
+
+    renamed = tiny_dir / "renamed-cli.gguf"
+    if not renamed.exists():
+        tiny_models.write(renamed, tiny_models.weights(0), rename={100: "zz"})
+    subs = {"t": tiny_pair[0], "renamed": renamed}
+    args = [a.format(**subs) for a in args]
+    r = run("generate", *(["-p", "hi"] if "-p" not in args else []), *args)
+    assert r.returncode == 1
+    assert r.stderr.startswith(message.format(**subs)) and r.stderr.count("\n") == 1, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_bad_option_value_is_a_usage_error(tiny_pair):
+    r = run("generate", "-m", tiny_pair[0], "-p", "hi", "--temperature", "-1")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+
+
+def test_help_and_version():
+    assert "Examples:" in run("--help").stdout
+    assert "--draft-max" in run("generate", "--help").stdout
+    assert run("--version").stdout.startswith("edgespec, version")
+
+
+@pytest.mark.realmodel
+def test_ctrl_c_keeps_what_was_generated():
+    model = default_model.path()
+    proc = subprocess.Popen([sys.executable, "-m", "edgespec", "generate", "-m", str(model), "-p", "1, 2, 3, 4, 5, 6, 7,",
+                             "-n", "3000", "-t", "0", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    time.sleep(5)
+    assert proc.poll() is None, "finished before the interrupt: pick a longer generation"
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    data = json.loads(out)
+    assert data["finish_reason"] == "interrupted" and len(data["tokens"]) > 5 and data["text"]
+    assert "Traceback" not in err

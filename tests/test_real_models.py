@@ -1,0 +1,82 @@
+"""Real models. SmolLM2-135M (98 MB, from the package index) runs in CI; the Qwen2.5-Coder pair is `slow`."""
+import os
+from pathlib import Path
+
+import pytest
+
+import edgespec
+from edgespec import backend, default_model
+from identity import assert_identical_or_near_tie
+
+PROMPTS = [
+    "Write a Python function that returns the n-th Fibonacci number.",
+    "What is the capital of France? Answer in one sentence.",
+    "Summarise in two sentences: The mitochondrion is an organelle found in most eukaryotic cells. It generates "
+    "most of the cell's supply of ATP, used as a source of chemical energy.",
+    "List three colours of the rainbow.",
+    "Explain what a hash map is to a child.",
+]
+
+
+@pytest.fixture(scope="module")
+def smollm_pair(tmp_path_factory):
+    target = default_model.path()  # fetched from the package index if not cached yet
+    draft = tmp_path_factory.mktemp("smollm") / "SmolLM2-135M-Instruct.Q4_0.gguf"
+    backend.quantize(target, draft, "Q4_0")  # a real, different model with the same vocabulary
+    return target, draft
+
+
+def run_identity(engine, prompts, k, max_tokens):
+    ties, accepted, drafted = [], 0, 0
+    for prompt in prompts:
+        tokens = engine.tokenize(prompt, chat_format=True)
+        plain = engine.generate(tokens, max_tokens=max_tokens, speculative=False)
+        spec = engine.generate(tokens, max_tokens=max_tokens, draft_max=k)
+        tie = assert_identical_or_near_tie(engine.model, tokens, plain.tokens, spec.tokens, k)
+        if tie:
+            ties.append(f"{prompt[:30]!r}: {tie}")
+        accepted += spec.stats.n_accepted
+        drafted += spec.stats.n_drafted
+    print(f"k={k}: acceptance {accepted / drafted:.2f}, near-ties: {ties or 'none'}")
+    return ties, accepted / drafted
+
+
+@pytest.mark.realmodel
+@pytest.mark.parametrize("k", [2, 4, 8])
+def test_smollm_speculative_equals_plain_at_temperature_zero(smollm_pair, k):
+    with edgespec.Engine.load(*smollm_pair, n_ctx=2048) as engine:
+        ties, acceptance = run_identity(engine, PROMPTS, k, max_tokens=64)
+    assert len(ties) < len(PROMPTS) - 2  # at least three prompts identical outright
+    assert 0.3 < acceptance < 1.0
+
+
+@pytest.mark.realmodel
+def test_smollm_sampling_runs_and_reports(smollm_pair):
+    with edgespec.Engine.load(*smollm_pair, n_ctx=2048) as engine:
+        r = engine.generate(engine.tokenize(PROMPTS[1], chat_format=True), max_tokens=40,
+                            sampling=edgespec.SamplingConfig(temperature=0.7, seed=1))
+    s = r.stats.to_dict()
+    assert r.tokens and s["n_drafted"] > 0 and set(s["phase_s"]) == {"draft", "prepare", "verify", "accept"}
+
+
+@pytest.mark.realmodel
+def test_smollm_cannot_draft_for_qwen(smollm_pair):
+    qwen = bench_dir() / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+    if not qwen.exists():
+        pytest.skip(f"{qwen} not present (../shared/models/fetch-bench-models.sh)")
+    with pytest.raises(edgespec.PairError, match="cannot draft for target"):
+        edgespec.Engine.load(qwen, draft=smollm_pair[0], n_ctx=256)
+
+
+def bench_dir() -> Path:
+    return Path(os.environ.get("EDGESPEC_BENCH_MODELS") or Path.home() / ".cache" / "edgespec-bench")
+
+
+@pytest.mark.slow
+def test_qwen_coder_pair_speculative_equals_plain():
+    target, draft = (bench_dir() / f"qwen2.5-coder-{s}-instruct-q4_k_m.gguf" for s in ("1.5b", "0.5b"))
+    if not target.exists() or not draft.exists():
+        pytest.skip("Qwen2.5-Coder pair not present (../shared/models/fetch-bench-models.sh)")
+    with edgespec.Engine.load(target, draft=draft, n_ctx=2048) as engine:
+        ties, acceptance = run_identity(engine, PROMPTS[:3], 4, max_tokens=48)
+    assert acceptance > 0.4
