@@ -61,7 +61,7 @@ def system_info() -> str:
 class Model:
     """A loaded GGUF model: weights and vocabulary, no KV cache."""
 
-    def __init__(self, path: str | os.PathLike, n_gpu_layers: int = 0) -> None:
+    def __init__(self, path: str | os.PathLike, n_gpu_layers: int = 0, vocab_only: bool = False) -> None:
         self.path = os.fspath(path)
         if not os.path.isfile(self.path):
             raise ModelLoadError(f"model file not found: {self.path}")
@@ -70,6 +70,7 @@ class Model:
                 raise ModelLoadError(f"not a GGUF model file: {self.path}")
         params = ll.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
+        params.vocab_only = vocab_only  # metadata and vocabulary without the weights: instant, for checks
         self._ptr = ll.llama_model_load_from_file(self.path.encode(), params)
         if not self._ptr:
             raise ModelLoadError(f"llama.cpp could not load {self.path}: {_last_error()}")
@@ -271,6 +272,13 @@ class Context:
     def clear(self) -> None:
         ll.llama_memory_clear(self._mem, True)
         self.tokens.clear()
+
+    def sync(self, seq: Sequence[int]) -> int:
+        """Make the cache hold exactly seq, keeping the prefix it already shares with seq; returns tokens decoded."""
+        keep = self.common_prefix(seq)
+        self.truncate(keep)
+        self.decode(seq[keep:])
+        return len(seq) - keep
 
     def common_prefix(self, seq: Sequence[int]) -> int:
         n = 0

@@ -123,7 +123,7 @@ def check(target, draft) -> None:
     from .pairing import VocabInfo, pair_problem
 
     try:
-        t, d = VocabInfo.of(Model(target)), VocabInfo.of(Model(draft))
+        t, d = (VocabInfo.of(Model(p, vocab_only=True)) for p in (target, draft))
     except EdgespecError as e:
         _fail(str(e))
     problem = pair_problem(t, d)

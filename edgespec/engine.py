@@ -152,11 +152,8 @@ class Engine:
 
     def _prefill(self, seq: list[int], proposer: Proposer | None, stats: GenerationStats) -> None:
         t0 = time.perf_counter()
-        # Reuse whatever prefix the cache already holds (a previous turn); keep seq[-1] for the first round.
-        keep = min(self.target.common_prefix(seq), len(seq) - 1)
-        self.target.truncate(keep)
-        self.target.decode(seq[keep:-1])
-        stats.n_prompt_evaluated = len(seq) - 1 - keep
+        # Reuse whatever prefix the cache already holds (a previous turn); seq[-1] is decoded by the first round.
+        stats.n_prompt_evaluated = self.target.sync(seq[:-1])
         if proposer is not None:
             proposer.begin(seq)
         stats.prompt_s = time.perf_counter() - t0

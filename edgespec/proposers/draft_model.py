@@ -17,23 +17,14 @@ class DraftModelProposer:
 
     def begin(self, seq: Sequence[int]) -> None:
         if len(seq) <= self.ctx.n_ctx:
-            self._sync(seq, logits=False)
-
-    def _sync(self, seq: Sequence[int], logits: bool = True) -> np.ndarray | None:
-        """Make the cache hold seq[:-1] (reusing the common prefix it has), then, if asked, decode seq[-1] too
-        and return the logits after it."""
-        keep = min(self.ctx.common_prefix(seq), len(seq) - 1)  # seq[-1] is always decoded afresh for its logits
-        self.ctx.truncate(keep)
-        if not logits:
-            self.ctx.decode(seq[keep:-1])
-            return None
-        return self.ctx.decode(seq[keep:], [len(seq) - 1 - keep])[0]
+            self.ctx.sync(seq[:-1])
 
     def propose(self, seq: Sequence[int], k: int, sampling: SamplingConfig, rng: np.random.Generator) -> Proposal:
         k = min(k, self.ctx.n_ctx - len(seq) + 1)  # seq plus k-1 drafted tokens must fit in the draft's cache
         if k <= 0:
             return Proposal([])
-        logits = self._sync(seq)
+        self.ctx.sync(seq[:-1])  # seq[-1] is decoded afresh each round: its logits start the draft
+        logits = self.ctx.decode(seq[-1:], [0])[0]
         tokens: list[int] = []
         qs: list[np.ndarray] = []
         model = self.ctx.model
