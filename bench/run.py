@@ -22,6 +22,7 @@ from pathlib import Path
 
 import edgespec
 from edgespec import backend
+from edgespec.diagnostics import divergence
 from edgespec.stats import PHASES
 
 HERE = Path(__file__).parent
@@ -67,7 +68,7 @@ class Totals:
         plain_ms = 1000 * s["plain_s"] / s["plain_n"]
         spec_ms = 1000 * s["spec_s"] / s["spec_n"]
         return {
-            "prompts": int(s["prompts"]), "identical": int(s["identical"]),
+            "prompts": int(s["prompts"]), "identical": int(s["identical"]), "not_near_tie": int(s["unexplained"]),
             "plain_ms_per_token": plain_ms, "spec_ms_per_token": spec_ms, "speedup": plain_ms / spec_ms,
             "acceptance": s["accepted"] / s["drafted"] if s["drafted"] else 0.0,
             "mean_accepted_length": s["accepted"] / s["rounds"],
@@ -100,7 +101,10 @@ def main() -> None:
     print(f"target {target.name}, draft {draft.name}, K={args.draft_max}, {args.threads} threads, greedy, "
           f"{args.max_tokens} tokens x {len(work)} prompts", file=sys.stderr)
     engine = edgespec.Engine.load(target, draft=draft, n_ctx=2048, n_threads=args.threads, draft_max=args.draft_max)
+    for spec in (False, True):  # warm-up: first calls of each batch shape allocate compute graphs
+        engine.generate(engine.tokenize("Hello"), max_tokens=8, speculative=spec)
     per_cat: dict[str, Totals] = defaultdict(Totals)
+    notes = []
     overall = Totals()
     t0 = time.time()
     for i, w in enumerate(work):
@@ -111,6 +115,11 @@ def main() -> None:
             runs[spec] = engine.generate(tokens, max_tokens=args.max_tokens, speculative=spec)
         per_cat[w["category"]].add(runs[False], runs[True])
         overall.add(runs[False], runs[True])
+        d = divergence(engine.model, tokens, runs[False].tokens, runs[True].tokens, args.draft_max, args.threads)
+        if d is not None:
+            notes.append(f"prompt {i + 1} ({w['category']}): {d}")
+            per_cat[w["category"]].s["unexplained"] += not d.near_tie
+            overall.s["unexplained"] += not d.near_tie
         p, s = runs[False].stats, runs[True].stats
         print(f"[{i + 1}/{len(work)} {time.time() - t0:5.0f}s] {w['category']:<10} plain {p.ms_per_token:6.1f} "
               f"spec {s.ms_per_token:6.1f} ms/token  x{p.ms_per_token / s.ms_per_token:.2f}  "
@@ -127,11 +136,14 @@ def main() -> None:
         print(f"{c:<11}{r['prompts']:>3}{r['identical']:>5}{r['plain_ms_per_token']:>11.1f}{r['spec_ms_per_token']:>10.1f}"
               f"{r['speedup']:>7.2f}x{r['acceptance']:>7.2f}{r['mean_accepted_length']:>8.2f}{ph['draft']:>8.1f}"
               f"{ph['prepare']:>6.2f}{ph['verify']:>8.1f}{ph['accept']:>7.2f}{100 * r['python_overhead']:>6.1f}%")
-    print("(phase columns: ms per round; py ovh: share of round time outside llama.cpp)")
+    print("(phase columns: ms per round; py ovh: share of round time outside llama.cpp; same: greedy outputs "
+          "identical token for token)")
+    for n in notes:
+        print(n)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({"target": str(target), "draft": str(draft), "args": vars(args),
-                                               "rows": rows}, indent=1))
+                                               "rows": rows, "divergences": notes}, indent=1))
 
 
 if __name__ == "__main__":
