@@ -50,12 +50,15 @@ def main() -> None:
 @click.option("--stop", multiple=True, help="Stop when this text appears (repeatable).")
 @click.option("--ctx-size", "-c", default=4096, show_default=True, type=click.IntRange(min=1))
 @click.option("--threads", type=click.IntRange(min=1), help="CPU threads (default: physical cores).")
+@click.option("--draft-threads", type=click.IntRange(min=1), help="CPU threads for the draft (default: as --threads).")
+@click.option("--draft-ctx-size", type=click.IntRange(min=1), help="Draft context (default: as --ctx-size).")
 @click.option("--gpu-layers", default=0, show_default=True, type=int, help="Target layers on the GPU (-1 = all).")
 @click.option("--draft-gpu-layers", type=int, help="Draft layers on the GPU (default: as --gpu-layers).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object: text, tokens, finish_reason, stats.")
 @click.option("--verbose", is_flag=True, help="Show llama.cpp's own log.")
 def generate(model, draft, no_spec, prompt, use_chat, system, max_tokens, temperature, top_k, top_p, min_p, seed,
-             draft_max, stop, ctx_size, threads, gpu_layers, draft_gpu_layers, as_json, verbose) -> None:
+             draft_max, stop, ctx_size, threads, draft_threads, draft_ctx_size, gpu_layers, draft_gpu_layers, as_json,
+             verbose) -> None:
     """Generate one completion and exit."""
     from . import backend
     from .engine import Engine
@@ -70,7 +73,8 @@ def generate(model, draft, no_spec, prompt, use_chat, system, max_tokens, temper
             click.echo(f"edgespec: using the default model, {default_model.NAME}; pass --model for another",
                        err=True)
         engine = Engine.load(model, None if no_spec else draft, n_ctx=ctx_size, n_threads=threads,
-                             n_gpu_layers=gpu_layers, draft_n_gpu_layers=draft_gpu_layers, draft_max=draft_max)
+                             n_gpu_layers=gpu_layers, draft_n_ctx=draft_ctx_size, draft_n_gpu_layers=draft_gpu_layers,
+                             draft_n_threads=draft_threads, draft_max=draft_max)
         tokens = engine.tokenize(prompt, chat_format=use_chat, system=system)
         _run(engine, tokens, sampling, max_tokens, stop, as_json)
     except EdgespecError as e:

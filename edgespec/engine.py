@@ -70,9 +70,11 @@ class Engine:
         n_gpu_layers: int = 0,
         draft_n_ctx: int | None = None,
         draft_n_gpu_layers: int | None = None,
+        draft_n_threads: int | None = None,
         draft_max: int = DEFAULT_DRAFT_MAX,
     ) -> "Engine":
-        """Load a target (and a draft, checked against it) from GGUF files."""
+        """Load a target (and a draft, checked against it) from GGUF files. Draft settings left as None follow
+        the target's."""
         if n_ctx < 1:
             raise EdgespecError(f"context size must be at least 1, got {n_ctx}")
         if draft_max < 0:
@@ -85,7 +87,7 @@ class Engine:
             if tm.is_recurrent or dm.is_recurrent:
                 raise EdgespecError("speculative decoding needs models whose KV cache can be rolled back; "
                                     "recurrent and hybrid models cannot (run without --draft)")
-            proposer = DraftModelProposer(Context(dm, draft_n_ctx or n_ctx, n_threads), tm.n_vocab)
+            proposer = DraftModelProposer(Context(dm, draft_n_ctx or n_ctx, draft_n_threads or n_threads), tm.n_vocab)
         return cls(Context(tm, n_ctx, n_threads), proposer, draft_max)
 
     # prompts ----------------------------------------------------------------------------------------------
