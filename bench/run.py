@@ -86,6 +86,8 @@ def main() -> None:
                     or str(Path.home() / ".cache" / "edgespec-bench"))
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--draft-max", type=int, default=4)
+    ap.add_argument("--fixed", action="store_true", help="draft exactly --draft-max every round (else adaptive)")
+    ap.add_argument("--lookup", action="store_true", help="prompt lookup first, the draft model for the rest")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--limit", type=int, help="only the first N prompts of each category")
     ap.add_argument("--json", help="also write the results here")
@@ -98,9 +100,11 @@ def main() -> None:
         for w in work:
             by_cat[w["category"]].append(w)
         work = [w for i in range(args.limit) for ws in by_cat.values() if i < len(ws) for w in [ws[i]]]
-    print(f"target {target.name}, draft {draft.name}, K={args.draft_max}, {args.threads} threads, greedy, "
+    k = f"K={args.draft_max}" if args.fixed else f"adaptive K<={args.draft_max}"
+    print(f"target {target.name}, draft {draft.name}{' + lookup' if args.lookup else ''}, {k}, {args.threads} threads, greedy, "
           f"{args.max_tokens} tokens x {len(work)} prompts", file=sys.stderr)
-    engine = edgespec.Engine.load(target, draft=draft, n_ctx=2048, n_threads=args.threads, draft_max=args.draft_max)
+    engine = edgespec.Engine.load(target, draft=draft, lookup=args.lookup, n_ctx=2048, n_threads=args.threads,
+                                  draft_max=args.draft_max, adaptive=not args.fixed)
     for spec in (False, True):  # warm-up: first calls of each batch shape allocate compute graphs
         engine.generate(engine.tokenize("Hello"), max_tokens=8, speculative=spec)
     per_cat: dict[str, Totals] = defaultdict(Totals)
@@ -128,7 +132,8 @@ def main() -> None:
     engine.close()
 
     rows = {c: t.row() for c, t in per_cat.items()} | {"overall": overall.row()}
-    print(f"\n{target.name} + {draft.name}, K={args.draft_max}, {args.threads} threads, greedy, {args.max_tokens} tokens/prompt")
+    print(f"\n{target.name} + {draft.name}{' + lookup' if args.lookup else ''}, {k}, {args.threads} threads, greedy, "
+          f"{args.max_tokens} tokens/prompt")
     print(f"{'category':<11}{'n':>3}{'same':>5}{'plain ms/t':>11}{'spec ms/t':>10}{'speedup':>8}{'accept':>7}"
           f"{'acc.len':>8}{'draft':>8}{'prep':>6}{'verify':>8}{'accept':>7}{'py ovh':>7}")
     for c, r in rows.items():

@@ -15,6 +15,7 @@ EXAMPLES = """
 Examples:
   edgespec generate --prompt "Write a haiku about caches" --chat
   edgespec generate -m qwen-1.5b.gguf -d qwen-0.5b.gguf -t 0 -p - --json < prompt.txt
+  edgespec generate -m qwen-1.5b.gguf --lookup -p - < edit-this-code.txt
   edgespec generate -m qwen-1.5b.gguf --no-spec -p "def fib(n):"
 """
 
@@ -34,6 +35,9 @@ def main() -> None:
 @main.command(epilog=EXAMPLES)
 @click.option("--model", "-m", metavar="GGUF", help="Target model. Default: the embedded SmolLM2-135M-Instruct.")
 @click.option("--draft", "-d", metavar="GGUF", help="Draft model (same vocabulary as the target).")
+@click.option("--lookup", is_flag=True,
+              help="Prompt-lookup drafting (copies from the prompt and the text so far; no model). "
+                   "With --draft: the hybrid, lookup first and the draft model for the rest.")
 @click.option("--no-spec", is_flag=True, help="Plain decoding with the target alone (the baseline).")
 @click.option("--prompt", "-p", required=True, help="Prompt text, or - to read it from standard input.")
 @click.option("--chat", "use_chat", is_flag=True, help="Wrap the prompt in the model's own chat template.")
@@ -45,8 +49,11 @@ def main() -> None:
 @click.option("--top-p", default=0.95, show_default=True, type=click.FloatRange(0, 1, min_open=True))
 @click.option("--min-p", default=0.05, show_default=True, type=click.FloatRange(0, 1))
 @click.option("--seed", type=int, help="Seed for sampling (reproducible runs).")
-@click.option("--draft-max", "-k", default=4, show_default=True, type=click.IntRange(min=0),
-              help="Tokens drafted per round.")
+@click.option("--draft-max", "-k", default=8, show_default=True, type=click.IntRange(min=0),
+              help="Most tokens drafted per round; fewer (or none) when measured costs say that is faster.")
+@click.option("--fixed", is_flag=True, help="Draft exactly --draft-max tokens every round (no adaptive length).")
+@click.option("--draft-p-min", default=0.0, show_default=True, type=click.FloatRange(0, 1),
+              help="Stop a draft when the draft model's top probability falls below this.")
 @click.option("--stop", multiple=True, help="Stop when this text appears (repeatable).")
 @click.option("--ctx-size", "-c", default=4096, show_default=True, type=click.IntRange(min=1))
 @click.option("--threads", type=click.IntRange(min=1), help="CPU threads (default: physical cores).")
@@ -56,8 +63,8 @@ def main() -> None:
 @click.option("--draft-gpu-layers", type=int, help="Draft layers on the GPU (default: as --gpu-layers).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object: text, tokens, finish_reason, stats.")
 @click.option("--verbose", is_flag=True, help="Show llama.cpp's own log.")
-def generate(model, draft, no_spec, prompt, use_chat, system, max_tokens, temperature, top_k, top_p, min_p, seed,
-             draft_max, stop, ctx_size, threads, draft_threads, draft_ctx_size, gpu_layers, draft_gpu_layers, as_json,
+def generate(model, draft, lookup, no_spec, prompt, use_chat, system, max_tokens, temperature, top_k, top_p, min_p,
+             seed, draft_max, fixed, draft_p_min, stop, ctx_size, threads, draft_threads, draft_ctx_size, gpu_layers, draft_gpu_layers, as_json,
              verbose) -> None:
     """Generate one completion and exit."""
     from . import backend
@@ -72,9 +79,10 @@ def generate(model, draft, no_spec, prompt, use_chat, system, max_tokens, temper
             model = str(default_model.path())
             click.echo(f"edgespec: using the default model, {default_model.NAME}; pass --model for another",
                        err=True)
-        engine = Engine.load(model, None if no_spec else draft, n_ctx=ctx_size, n_threads=threads,
-                             n_gpu_layers=gpu_layers, draft_n_ctx=draft_ctx_size, draft_n_gpu_layers=draft_gpu_layers,
-                             draft_n_threads=draft_threads, draft_max=draft_max)
+        engine = Engine.load(model, None if no_spec else draft, lookup=lookup and not no_spec, n_ctx=ctx_size,
+                             n_threads=threads, n_gpu_layers=gpu_layers, draft_n_ctx=draft_ctx_size,
+                             draft_n_gpu_layers=draft_gpu_layers, draft_n_threads=draft_threads,
+                             draft_p_min=draft_p_min, draft_max=draft_max, adaptive=not fixed)
         tokens = engine.tokenize(prompt, chat_format=use_chat, system=system)
         _run(engine, tokens, sampling, max_tokens, stop, as_json)
     except EdgespecError as e:
@@ -114,7 +122,10 @@ def _summary(result) -> str:
     parts = [f"{s.n_tokens} tokens", f"{s.tokens_per_s or 0:.1f} tok/s", f"{s.ms_per_token or 0:.1f} ms/token",
              f"prompt {s.n_prompt} tokens in {s.prompt_s:.2f} s", f"finish: {result.finish_reason}"]
     if s.n_drafted:
-        parts.insert(3, f"acceptance {100 * s.acceptance_rate:.0f}%, {s.mean_accepted_length:.2f} accepted/round")
+        by = ", ".join(f"{k} {s.accepted_by_source.get(k, 0)}/{v}" for k, v in s.drafted_by_source.items())
+        parts.insert(3, f"acceptance {100 * s.acceptance_rate:.0f}% ({by}), {s.mean_accepted_length:.2f} accepted/round")
+    if s.fallbacks:
+        parts.append(f"plain decoding in {s.rounds_by_reason.get('fallback', 0)} rounds (drafting did not pay)")
     return "edgespec: " + ", ".join(parts)
 
 

@@ -17,14 +17,16 @@ from . import chat
 from .backend import Context, Model
 from .errors import ContextOverflowError, EdgespecError
 from .pairing import VocabInfo, check_pair
-from .proposers import EMPTY, DraftModelProposer, Proposer
+from .proposers import EMPTY, DraftModelProposer, HybridProposer, PromptLookupProposer, Proposer
 from .sampling import GREEDY, SamplingConfig, probabilities
 from .stats import GenerationStats, RoundRecord
 from .text import TextStream
+from .tuning import CostModel, DraftLength
 from .verify import verify_greedy, verify_sampled
 
 DEFAULT_CTX = 4096
-DEFAULT_DRAFT_MAX = 4
+DEFAULT_DRAFT_MAX = 8
+CALIBRATION_SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16)
 
 
 @dataclass
@@ -46,6 +48,7 @@ class Response:
     text: str
     token: int | None = None
     from_draft: bool = False
+    source: str | None = None  # the proposer that drafted this token ("draft", "lookup"), None for the target's
     finish_reason: str | None = None
     result: GenerationResult | None = field(default=None, repr=False)
 
@@ -53,11 +56,26 @@ class Response:
 class Engine:
     """A target model, optionally with a proposer; load once, generate many times."""
 
-    def __init__(self, target: Context, proposer: Proposer | None = None, draft_max: int = DEFAULT_DRAFT_MAX):
+    def __init__(self, target: Context, proposer: Proposer | None = None, draft_max: int = DEFAULT_DRAFT_MAX,
+                 adaptive: bool = True, cost: CostModel | None = None):
+        """draft_max: the most tokens drafted per round; adaptive: choose fewer (or none) by measured cost."""
         self.target = target
         self.model: Model = target.model
         self.proposer = proposer
-        self.draft_max = draft_max
+        self.draft_max, self.adaptive = draft_max, adaptive
+        # One draft-length policy per proposer (acceptance and draft cost are the proposer's own); the target's
+        # verify timings are the same whoever drafts, so all policies share them.
+        self._cost = cost or CostModel()
+        self._policies: dict[int, DraftLength] = {}
+        if proposer is not None:
+            self._policies[id(proposer)] = DraftLength(draft_max, adaptive, self._cost)
+
+    def policy(self, proposer: Proposer) -> DraftLength:
+        """The draft-length policy (and cost model) this engine keeps for a proposer."""
+        if id(proposer) not in self._policies:
+            self._policies[id(proposer)] = DraftLength(self.draft_max, self.adaptive,
+                                                       CostModel(verify_s=self._cost.verify_s))
+        return self._policies[id(proposer)]
 
     @classmethod
     def load(
@@ -71,10 +89,14 @@ class Engine:
         draft_n_ctx: int | None = None,
         draft_n_gpu_layers: int | None = None,
         draft_n_threads: int | None = None,
+        draft_p_min: float = 0.0,
+        lookup: bool = False,
         draft_max: int = DEFAULT_DRAFT_MAX,
+        adaptive: bool = True,
     ) -> "Engine":
-        """Load a target (and a draft, checked against it) from GGUF files. Draft settings left as None follow
-        the target's."""
+        """Load a target and its proposer: a draft model (checked against the target), prompt lookup
+        (lookup=True, no model), or both (the hybrid: lookup first, the draft fills the rest). Draft settings
+        left as None follow the target's."""
         if n_ctx < 1:
             raise EdgespecError(f"context size must be at least 1, got {n_ctx}")
         if draft_max < 0:
@@ -84,11 +106,14 @@ class Engine:
         if draft is not None:
             dm = Model(draft, n_gpu_layers if draft_n_gpu_layers is None else draft_n_gpu_layers)
             check_pair(VocabInfo.of(tm), VocabInfo.of(dm))
-            if tm.is_recurrent or dm.is_recurrent:
-                raise EdgespecError("speculative decoding needs models whose KV cache can be rolled back; "
-                                    "recurrent and hybrid models cannot (run without --draft)")
-            proposer = DraftModelProposer(Context(dm, draft_n_ctx or n_ctx, draft_n_threads or n_threads), tm.n_vocab)
-        return cls(Context(tm, n_ctx, n_threads), proposer, draft_max)
+            proposer = DraftModelProposer(Context(dm, draft_n_ctx or n_ctx, draft_n_threads or n_threads), tm.n_vocab,
+                                          p_min=draft_p_min)
+        if lookup:
+            proposer = PromptLookupProposer() if proposer is None else HybridProposer(PromptLookupProposer(), proposer)
+        if proposer is not None and (tm.is_recurrent or (draft is not None and dm.is_recurrent)):
+            raise EdgespecError("speculative decoding needs a target whose KV cache can be rolled back; recurrent "
+                                "and hybrid models cannot (run without --draft or --lookup)")
+        return cls(Context(tm, n_ctx, n_threads), proposer, draft_max, adaptive)
 
     # prompts ----------------------------------------------------------------------------------------------
     def tokenize(self, prompt: str, *, chat_format: bool = False, system: str | None = None) -> list[int]:
@@ -116,11 +141,15 @@ class Engine:
         sampling: SamplingConfig = GREEDY,
         stop: Sequence[str] = (),
         draft_max: int | None = None,
+        adaptive: bool | None = None,
         speculative: bool = True,
+        proposer: Proposer | None = None,
     ) -> Iterator[Response]:
         """Yield a Response per generated token as soon as it is accepted, then one with the result.
 
-        speculative=False (or an engine with no proposer) decodes one token per target call: the baseline.
+        draft_max / adaptive override the engine's for this call (adaptive=False drafts exactly draft_max per
+        round); proposer replaces the engine's for this call. speculative=False (or an engine with no proposer)
+        decodes one token per target call: the baseline.
         """
         seq = list(self.tokenize(prompt) if isinstance(prompt, str) else prompt)
         if not seq:
@@ -130,11 +159,21 @@ class Engine:
                                        "use a larger --ctx-size or a shorter prompt")
         if max_tokens < 0:
             raise EdgespecError(f"max_tokens must be >= 0, got {max_tokens}")
-        proposer = self.proposer if speculative else None
-        k_max = (self.draft_max if draft_max is None else draft_max) if proposer else 0
+        proposer = (proposer or self.proposer) if speculative else None
+        if proposer is None:
+            policy = DraftLength(0, False)
+        else:
+            policy = self.policy(proposer)
+            if draft_max is not None or adaptive is not None:  # a per-call policy that still feeds the same costs
+                policy = DraftLength(policy.k_max if draft_max is None else draft_max,
+                                     policy.adaptive if adaptive is None else adaptive, policy.cost)
         rng = np.random.default_rng(sampling.seed)
         stats = GenerationStats(n_prompt=len(seq))
         self._prefill(seq, proposer, stats)
+        if policy.adaptive and policy.cost.t_verify(1) is None:
+            t0 = time.perf_counter()
+            self.calibrate()
+            stats.prompt_s += time.perf_counter() - t0  # once per engine: set-up, not generation
 
         out: list[int] = []
         text = TextStream(stop)
@@ -144,10 +183,12 @@ class Engine:
             if room < 1:
                 finish = "length"
                 break
-            k = max(0, min(k_max, room - 1, max_tokens - len(out) - 1))
-            emitted, finish = self._round(seq, out, k, proposer, sampling, rng, text, stats, max_tokens)
-            for tok, from_draft, piece in emitted:
-                yield Response(piece, tok, from_draft)
+            decision = policy.decide(min(room - 1, max_tokens - len(out) - 1))
+            if decision.reason == "fallback" and decision.why:
+                stats.fallbacks.append({"round": stats.n_rounds, "why": decision.why})
+            emitted, finish = self._round(seq, out, decision, policy, proposer, sampling, rng, text, stats, max_tokens)
+            for tok, source, piece in emitted:
+                yield Response(piece, tok, source is not None, source)
         tail = text.flush()
         result = GenerationResult(text.text, out, finish, stats)
         yield Response(tail, finish_reason=finish, result=result)
@@ -160,11 +201,11 @@ class Engine:
             proposer.begin(seq)
         stats.prompt_s = time.perf_counter() - t0
 
-    def _round(self, seq, out, k, proposer, sampling, rng, text, stats, max_tokens):
-        """One propose -> verify -> accept step. Returns the emitted (token, from_draft, text) and a finish reason."""
+    def _round(self, seq, out, decision, policy, proposer, sampling, rng, text, stats, max_tokens):
+        """One propose -> verify -> accept step. Returns the emitted (token, source, text) and a finish reason."""
         llama0 = self._llama_seconds(proposer)
         t0 = time.perf_counter()
-        prop = proposer.propose(seq, k, sampling, rng) if k > 0 else EMPTY
+        prop = proposer.propose(seq, decision.k, sampling, rng) if decision.k > 0 else EMPTY
         t1 = time.perf_counter()
         batch = [seq[-1], *prop.tokens]
         t2 = time.perf_counter()
@@ -180,13 +221,13 @@ class Engine:
         if proposer is not None:
             proposer.accepted(n)
         emitted, finish = [], None
-        for tok, from_draft in [(t, True) for t in prop.tokens[:n]] + [(nxt, False)]:
+        for tok, source in [*zip(prop.tokens[:n], prop.sources[:n]), (nxt, None)]:
             if self.model.is_eog(tok):
                 finish = "stop"
                 break
             out.append(tok)
             seq.append(tok)
-            emitted.append((tok, from_draft, text.push(self.model.piece(tok))))
+            emitted.append((tok, source, text.push(self.model.piece(tok))))
             if text.stopped:
                 finish = "stop"
             elif len(out) >= max_tokens:
@@ -196,8 +237,28 @@ class Engine:
         t4 = time.perf_counter()
         for phase, dt in (("draft", t1 - t0), ("prepare", t2 - t1), ("verify", t3 - t2), ("accept", t4 - t3)):
             stats.phase_s[phase] += dt
-        stats.add_round(RoundRecord(len(prop.tokens), n, len(emitted), t4 - t0, self._llama_seconds(proposer) - llama0))
+        policy.observe(decision.k, len(prop.tokens), n, t1 - t0, t3 - t2)
+        stats.add_round(RoundRecord(len(prop.tokens), n, len(emitted), t4 - t0, self._llama_seconds(proposer) - llama0,
+                                    decision.reason, tuple(prop.sources)))
         return emitted, finish
+
+    def calibrate(self, sizes: Sequence[int] = CALIBRATION_SIZES) -> dict[int, float]:
+        """Time a target decode of m rows (m in sizes) at the end of what the cache holds, and feed the cost
+        model. Costs about one decode per size, once per engine; the cache is left as it was."""
+        held = len(self.target.tokens)
+        sizes = [m for m in sizes if m <= self.target.room]
+        filler = self.target.tokens[-1:] or [self.model.bos]
+        self.target.decode(filler, [0])  # the first call of a shape allocates; keep that out of the numbers
+        self.target.truncate(held)
+        curve = {}
+        for m in sizes:
+            t0 = time.perf_counter()
+            self.target.decode(filler * m, range(m))
+            curve[m] = time.perf_counter() - t0
+            self.target.truncate(held)
+        for m, t in curve.items():
+            self._cost.observe_verify(m, t)
+        return curve
 
     def _llama_seconds(self, proposer: Proposer | None) -> float:
         return self.target.llama_s + (proposer.llama_seconds() if proposer is not None else 0.0)

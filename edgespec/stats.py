@@ -17,6 +17,8 @@ class RoundRecord:
     n_emitted: int  # tokens given to the caller (accepted + the target's own, less any cut by a stop)
     seconds: float
     llama_seconds: float  # time inside llama.cpp calls (decode, logits, cache removal)
+    reason: str = "fixed"  # why this draft length: fixed, warm-up, cost, fallback, probe
+    sources: tuple[str, ...] = ()  # proposer of each drafted token
 
 
 @dataclass
@@ -28,6 +30,10 @@ class GenerationStats:
     phase_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
     drafted_at: list[int] = field(default_factory=list)  # rounds that drafted a token at position i
     accepted_at: list[int] = field(default_factory=list)  # ... and had it accepted
+    drafted_by_source: dict[str, int] = field(default_factory=dict)
+    accepted_by_source: dict[str, int] = field(default_factory=dict)
+    rounds_by_reason: dict[str, int] = field(default_factory=dict)
+    fallbacks: list[dict] = field(default_factory=list)  # when and why speculation was switched off
 
     def add_round(self, rec: RoundRecord) -> None:
         self.rounds.append(rec)
@@ -37,6 +43,10 @@ class GenerationStats:
         for i in range(rec.n_drafted):
             self.drafted_at[i] += 1
             self.accepted_at[i] += i < rec.n_accepted
+        for i, src in enumerate(rec.sources):
+            self.drafted_by_source[src] = self.drafted_by_source.get(src, 0) + 1
+            self.accepted_by_source[src] = self.accepted_by_source.get(src, 0) + (i < rec.n_accepted)
+        self.rounds_by_reason[rec.reason] = self.rounds_by_reason.get(rec.reason, 0) + 1
 
     @property
     def n_rounds(self) -> int:
@@ -108,4 +118,8 @@ class GenerationStats:
             "ms_per_token": self.ms_per_token,
             "python_overhead": self.python_overhead,
             "phase_s": dict(self.phase_s),
+            "drafted_by_source": dict(self.drafted_by_source),
+            "accepted_by_source": dict(self.accepted_by_source),
+            "rounds_by_reason": dict(self.rounds_by_reason),
+            "fallbacks": list(self.fallbacks),
         }

@@ -1,8 +1,8 @@
 """Acceptance math for speculative decoding, pure numpy (Leviathan et al. 2023, Chen et al. 2023).
 
 p: target distributions, one row per drafted position plus one for the bonus token, shape (K+1, V).
-q: draft distributions for the K drafted tokens, shape (K, V), or None for a deterministic proposal (prompt
-   lookup, greedy drafts), which is the one-hot q = e_x.
+q: draft distributions for the K drafted tokens, K rows of shape (V,); a row (or q itself) None stands for a
+   deterministic proposal (prompt lookup, greedy drafts), which is the one-hot q = e_x.
 """
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def residual(p: np.ndarray, q: np.ndarray | None, x: int) -> np.ndarray:
 
 
 def verify_sampled(
-    p: np.ndarray, q: np.ndarray | None, draft: Sequence[int], rng: np.random.Generator
+    p: np.ndarray, q: Sequence[np.ndarray | None] | None, draft: Sequence[int], rng: np.random.Generator
 ) -> tuple[int, int]:
     """Rejection sampling: accept x_i with probability min(1, p_i(x_i) / q_i(x_i)); on the first rejection draw
     from the residual; if all K pass draw the bonus token from p_K. The output follows p exactly.
@@ -49,11 +49,12 @@ def verify_sampled(
     Returns (n_accepted, next_token).
     """
     for i, x in enumerate(draft):
+        qi = None if q is None else q[i]
         in_vocab = x < p.shape[1]  # a draft id outside the target's vocab has p = 0: always rejected
         px = p[i, x] if in_vocab else 0.0
-        qx = q[i, x] if q is not None and in_vocab else 1.0
+        qx = qi[x] if qi is not None and in_vocab else 1.0
         # u < px/qx written without the division: qx = 0 < px (never drafted by q itself) accepts; px = 0 rejects.
         if rng.random() * qx < px:
             continue
-        return i, sample(residual(p[i], None if q is None else q[i], x), rng)
+        return i, sample(residual(p[i], qi, x), rng)
     return len(draft), sample(p[len(draft)], rng)

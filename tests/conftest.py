@@ -40,7 +40,8 @@ def make_pair(tiny_dir):
 def engine(tiny_pair):
     import edgespec
 
-    e = edgespec.Engine.load(tiny_pair[0], draft=tiny_pair[1], n_ctx=1024, n_threads=2)
+    # Fixed K: the tiny draft costs as much as the target, so an adaptive engine would rightly stop drafting.
+    e = edgespec.Engine.load(tiny_pair[0], draft=tiny_pair[1], n_ctx=1024, n_threads=2, draft_max=4, adaptive=False)
     yield e
     e.close()
 

@@ -18,7 +18,7 @@ def run(*args, stdin=None):
 def test_generate_json_speculative_equals_no_spec(tiny_pair):
     t, d = tiny_pair
     common = ["generate", "-m", t, "--prompt", "Once upon a time", "-n", "40", "-t", "0", "--json"]
-    spec = run(*common, "--draft", d, "--draft-max", "4")
+    spec = run(*common, "--draft", d, "--draft-max", "4", "--fixed")
     plain = run(*common, "--draft", d, "--no-spec")
     assert spec.returncode == 0 and plain.returncode == 0, spec.stderr
     a, b = json.loads(spec.stdout), json.loads(plain.stdout)
@@ -33,7 +33,7 @@ def test_generate_json_speculative_equals_no_spec(tiny_pair):
 
 
 def test_prompt_from_stdin_and_streamed_text(tiny_pair):
-    r = run("generate", "-m", tiny_pair[0], "-d", tiny_pair[1], "-p", "-", "-n", "10", "-t", "0",
+    r = run("generate", "-m", tiny_pair[0], "-d", tiny_pair[1], "--fixed", "-p", "-", "-n", "10", "-t", "0",
             stdin="Hello world")
     j = run("generate", "-m", tiny_pair[0], "-p", "Hello world", "-n", "10", "-t", "0", "--json")
     assert r.returncode == 0

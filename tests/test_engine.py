@@ -18,7 +18,7 @@ def test_greedy_speculative_equals_plain(engine, k):
     for prompt in PROMPTS:
         tokens = engine.tokenize(prompt)
         plain = engine.generate(tokens, max_tokens=48, speculative=False)
-        spec = engine.generate(tokens, max_tokens=48, draft_max=k)
+        spec = engine.generate(tokens, max_tokens=48, draft_max=k, adaptive=False)
         tie = assert_identical_or_near_tie(engine.model, tokens, plain.tokens, spec.tokens, k)
         if tie:
             ties.append(tie)
@@ -48,7 +48,7 @@ def test_max_tokens_is_honoured_at_every_offset_in_a_block(engine):
     ref = engine.generate("The quick brown fox", max_tokens=40, speculative=False).tokens
     for k in (3, 8):
         for m in range(0, 21):
-            r = engine.generate("The quick brown fox", max_tokens=m, draft_max=k)
+            r = engine.generate("The quick brown fox", max_tokens=m, draft_max=k, adaptive=False)
             assert r.tokens == ref[:m] and r.finish_reason == "length", (k, m)
 
 
@@ -62,7 +62,7 @@ def test_end_of_generation_inside_an_accepted_block_stops_exactly_there(make_pai
     for j in range(4, len(ref)):
         if ref[j] in ref[:j]:
             continue  # the end token must first appear at j
-        e = edgespec.Engine.load(*make_pair(ref[j]), n_ctx=256, draft_max=4)
+        e = edgespec.Engine.load(*make_pair(ref[j]), n_ctx=256, draft_max=4, adaptive=False)
         spec = e.generate(prompt, max_tokens=60)
         plain = e.generate(prompt, max_tokens=60, speculative=False)
         e.close()
@@ -81,7 +81,7 @@ def tiny_eos():
 
 
 def test_target_cache_after_many_rollbacks_equals_a_fresh_decode(engine):
-    r = engine.generate("def f(x):\n    return", max_tokens=120, draft_max=4)
+    r = engine.generate("def f(x):\n    return", max_tokens=120, draft_max=4, adaptive=False)
     assert r.stats.n_rounds > 20 and 0 < r.stats.n_accepted < r.stats.n_drafted
     held = list(engine.target.tokens)
     probe = 42

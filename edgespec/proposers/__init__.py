@@ -5,7 +5,7 @@ q it sampled from; q = None means a deterministic proposal (one-hot). It hears b
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
 import numpy as np
@@ -16,7 +16,10 @@ from ..sampling import SamplingConfig
 @dataclass
 class Proposal:
     tokens: list[int]
-    q: np.ndarray | None = None  # (len(tokens), n_vocab) or None
+    # q[i]: the distribution tokens[i] was drawn from, or None for a deterministic (one-hot) proposal;
+    # q itself is None when every row is one-hot.
+    q: Sequence[np.ndarray | None] | None = None
+    sources: list[str] = field(default_factory=list)  # who proposed each token: "draft", "lookup"
 
 
 EMPTY = Proposal([])
@@ -40,5 +43,7 @@ class Proposer(Protocol):
 
 
 from .draft_model import DraftModelProposer  # noqa: E402
+from .hybrid import HybridProposer  # noqa: E402
+from .prompt_lookup import PromptLookupProposer  # noqa: E402
 
-__all__ = ["Proposal", "Proposer", "DraftModelProposer", "EMPTY"]
+__all__ = ["Proposal", "Proposer", "DraftModelProposer", "PromptLookupProposer", "HybridProposer", "EMPTY"]

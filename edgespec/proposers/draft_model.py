@@ -11,9 +11,10 @@ from . import Proposal
 
 
 class DraftModelProposer:
-    def __init__(self, ctx: Context, target_n_vocab: int) -> None:
+    def __init__(self, ctx: Context, target_n_vocab: int, p_min: float = 0.0) -> None:
         self.ctx = ctx
         self.n_vocab = target_n_vocab  # q rows are cut or padded to the target's vocab so p - q lines up
+        self.p_min = p_min  # stop drafting when the draft's own top probability falls below this (0 = never)
 
     def begin(self, seq: Sequence[int]) -> None:
         if len(seq) <= self.ctx.n_ctx:
@@ -31,15 +32,19 @@ class DraftModelProposer:
         for i in range(k):
             if sampling.greedy:
                 tok = int(np.argmax(logits))
+                if self.p_min > 0 and _top_probability(logits) < self.p_min:
+                    break
             else:
                 q = probabilities(logits, sampling)
+                if self.p_min > 0 and q.max() < self.p_min:
+                    break
                 tok = sample(q, rng)
                 qs.append(self._fit(q))
             tokens.append(tok)
             if i == k - 1 or model.is_eog(tok):
                 break  # nothing is worth drafting past the end of the text
             logits = self.ctx.decode([tok], [0])[0]
-        return Proposal(tokens, np.stack(qs) if qs else None)
+        return Proposal(tokens, qs or None, ["draft"] * len(tokens))
 
     def _fit(self, q: np.ndarray) -> np.ndarray:
         if len(q) == self.n_vocab:
@@ -57,3 +62,8 @@ class DraftModelProposer:
 
     def close(self) -> None:
         self.ctx.close()
+
+
+def _top_probability(logits: np.ndarray) -> float:
+    z = logits - logits.max()
+    return float(1.0 / np.exp(z).sum())

@@ -1,0 +1,37 @@
+"""Prompt lookup first; the draft model fills what is left of the round's budget."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ..sampling import SamplingConfig
+from . import Proposal
+
+
+class HybridProposer:
+    def __init__(self, lookup, draft) -> None:
+        self.lookup, self.draft = lookup, draft
+
+    def begin(self, seq: Sequence[int]) -> None:
+        self.lookup.begin(seq)
+        self.draft.begin(seq)
+
+    def propose(self, seq: Sequence[int], k: int, sampling: SamplingConfig, rng: np.random.Generator) -> Proposal:
+        a = self.lookup.propose(seq, k, sampling, rng)
+        if len(a.tokens) >= k:
+            return a
+        b = self.draft.propose([*seq, *a.tokens], k - len(a.tokens), sampling, rng)
+        q = None if b.q is None else [None] * len(a.tokens) + list(b.q)
+        return Proposal(a.tokens + b.tokens, q, a.sources + b.sources)
+
+    def accepted(self, n_accepted: int) -> None:
+        self.lookup.accepted(n_accepted)
+        self.draft.accepted(n_accepted)
+
+    def llama_seconds(self) -> float:
+        return self.draft.llama_seconds()
+
+    def close(self) -> None:
+        self.lookup.close()
+        self.draft.close()

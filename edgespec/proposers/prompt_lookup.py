@@ -1,0 +1,59 @@
+"""Prompt lookup: draft by copying what followed the most recent earlier occurrence of the last n tokens.
+
+No model: it wins where the answer quotes its input (code edits, summaries, answers over a passage). The index
+maps every n-gram (n_min..n_max) to the last place it ended with at least one token after it; it is updated only
+with the tokens added since the last round, so a lookup costs the same at token 100 and at token 10,000.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ..sampling import SamplingConfig
+from . import Proposal
+
+
+class PromptLookupProposer:
+    def __init__(self, n_max: int = 4, n_min: int = 1) -> None:
+        if not 1 <= n_min <= n_max:
+            raise ValueError(f"need 1 <= n_min <= n_max, got {n_min}, {n_max}")
+        self.n_max, self.n_min = n_max, n_min
+        self._seq: list[int] = []
+        self._index: dict[tuple[int, ...], int] = {}  # n-gram -> end position of its latest earlier occurrence
+
+    def begin(self, seq: Sequence[int]) -> None:
+        self._seq, self._index = [], {}
+        self._extend(seq)
+
+    def _extend(self, seq: Sequence[int]) -> None:
+        # A generation only appends to seq; index the n-grams that now have a token after them.
+        start = len(self._seq)
+        self._seq.extend(seq[start:])
+        s = self._seq
+        for end in range(max(start, 1), len(s)):  # n-grams ending at `end` (exclusive) are followed by s[end]
+            for n in range(self.n_min, min(self.n_max, end) + 1):
+                self._index[tuple(s[end - n:end])] = end
+
+    def match(self, k: int) -> list[int]:
+        """Up to k tokens continuing the longest n-gram suffix seen before."""
+        s = self._seq
+        for n in range(min(self.n_max, len(s)), self.n_min - 1, -1):
+            end = self._index.get(tuple(s[-n:]))
+            if end is not None:
+                return s[end:end + k]
+        return []
+
+    def propose(self, seq: Sequence[int], k: int, sampling: SamplingConfig, rng: np.random.Generator) -> Proposal:
+        self._extend(seq)
+        tokens = self.match(k) if k > 0 else []
+        return Proposal(tokens, None, ["lookup"] * len(tokens))
+
+    def accepted(self, n_accepted: int) -> None:
+        pass
+
+    def llama_seconds(self) -> float:
+        return 0.0
+
+    def close(self) -> None:
+        pass

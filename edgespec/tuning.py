@@ -1,0 +1,146 @@
+"""Draft length from measured costs, and knowing when not to speculate.
+
+A round with K drafted tokens costs T(K) = T_v(K+1) + K*T_d (a target verify of K+1 rows, K draft steps) and yields
+E[N_K] = 1 + sum_{j<=K} prod_{i<=j} a_i tokens, a_i being the chance that draft position i is accepted given that
+the ones before it were. Speculation pays only while T(K)/E[N_K] < T_v(1), the cost of a plain token. The model
+is pure: it is fed measurements (seconds) and answers questions, so it is tested with made-up costs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class CostModel:
+    alpha: float = 0.2  # weight of a new timing in its running average
+    decay: float = 0.98  # acceptance evidence fades, so the estimate follows the text
+    prior_accept: float = 0.6  # a_i before any evidence ...
+    prior_weight: float = 2.0  # ... worth this many rounds
+    verify_s: dict[int, float] = field(default_factory=dict)  # m rows -> seconds
+    draft_s: float | None = None  # seconds per drafted token
+    reached: list[float] = field(default_factory=list)  # rounds that put position i to the test
+    accepted: list[float] = field(default_factory=list)  # ... and had it accepted
+
+    # measurements -----------------------------------------------------------------------------------------
+    def observe_verify(self, m: int, seconds: float) -> None:
+        old = self.verify_s.get(m)
+        self.verify_s[m] = seconds if old is None else old + self.alpha * (seconds - old)
+
+    def observe_draft(self, n_drafted: int, seconds: float) -> None:
+        if n_drafted:
+            per = seconds / n_drafted
+            self.draft_s = per if self.draft_s is None else self.draft_s + self.alpha * (per - self.draft_s)
+
+    def observe_acceptance(self, n_drafted: int, n_accepted: int) -> None:
+        """Position i (0-based) was tested if i < n_drafted and all before it passed, i.e. i <= n_accepted."""
+        tested = min(n_drafted, n_accepted + 1)
+        while len(self.reached) < tested:
+            self.reached.append(0.0)
+            self.accepted.append(0.0)
+        for i in range(len(self.reached)):
+            self.reached[i] *= self.decay
+            self.accepted[i] *= self.decay
+        for i in range(tested):
+            self.reached[i] += 1
+            self.accepted[i] += i < n_accepted
+
+    # estimates --------------------------------------------------------------------------------------------
+    def acceptance(self, i: int) -> float:
+        r, a = (self.reached[i], self.accepted[i]) if i < len(self.reached) else (0.0, 0.0)
+        return (a + self.prior_accept * self.prior_weight) / (r + self.prior_weight)
+
+    def expected_tokens(self, k: int) -> float:
+        total, chain = 1.0, 1.0
+        for i in range(k):
+            chain *= self.acceptance(i)
+            total += chain
+        return total
+
+    def t_verify(self, m: int) -> float | None:
+        """Measured, or interpolated between the nearest measured batch sizes (extrapolated past the ends)."""
+        if m in self.verify_s:
+            return self.verify_s[m]
+        known = sorted(self.verify_s)
+        if not known:
+            return None
+        if len(known) == 1:
+            return self.verify_s[known[0]]
+        lo = max([x for x in known if x < m], default=None)
+        hi = min([x for x in known if x > m], default=None)
+        if lo is None:
+            lo, hi = known[0], known[1]
+        elif hi is None:
+            lo, hi = known[-2], known[-1]
+        t_lo, t_hi = self.verify_s[lo], self.verify_s[hi]
+        return max(t_lo + (t_hi - t_lo) * (m - lo) / (hi - lo), 0.0)
+
+    def round_cost(self, k: int) -> float | None:
+        tv = self.t_verify(k + 1)
+        if tv is None or (k and self.draft_s is None):
+            return None
+        return tv + k * (self.draft_s or 0.0)
+
+    def cost_per_token(self, k: int) -> float | None:
+        c = self.round_cost(k)
+        return None if c is None else c / self.expected_tokens(k)
+
+    def best_k(self, k_max: int) -> tuple[int, float | None]:
+        """The K in 1..k_max with the least expected time per token (ties: the smaller K), and that time.
+
+        Equivalently K grows while the marginal time per marginal token stays below the current time per token.
+        """
+        best, best_cost = 1, self.cost_per_token(1)
+        for k in range(2, k_max + 1):
+            c = self.cost_per_token(k)
+            if c is not None and (best_cost is None or c < best_cost):
+                best, best_cost = k, c
+        return best, best_cost
+
+
+@dataclass
+class Decision:
+    k: int
+    reason: str  # "fixed", "warm-up", "cost", "fallback", "probe"
+    why: str = ""  # for a fallback: the numbers behind it
+
+
+class DraftLength:
+    """Per round: how many tokens to draft. Fixed, or by the cost model with a fallback to plain decoding."""
+
+    def __init__(self, k_max: int, adaptive: bool, cost: CostModel | None = None, fallback_rounds: int = 32,
+                 margin: float = 0.97) -> None:
+        self.k_max, self.adaptive = k_max, adaptive
+        self.cost = cost or CostModel()
+        self.fallback_rounds = fallback_rounds  # plain rounds before probing speculation again
+        self.margin = margin  # speculate only if expected to cost under margin * a plain token
+        self._plain_left = 0
+        self.fallbacks = 0
+
+    def decide(self, cap: int) -> Decision:
+        """cap: the most tokens this round may draft (context room, max_tokens)."""
+        k_max = min(self.k_max, cap)
+        if k_max <= 0:
+            return Decision(0, "fixed")
+        if not self.adaptive:
+            return Decision(k_max, "fixed")
+        if self._plain_left > 0:
+            self._plain_left -= 1
+            return Decision(0, "fallback") if self._plain_left > 0 else Decision(self.cost.best_k(k_max)[0], "probe")
+        plain = self.cost.t_verify(1)
+        k, per_token = self.cost.best_k(k_max)
+        if plain is None or per_token is None:
+            return Decision(min(k_max, 4), "warm-up")
+        if per_token >= self.margin * plain:
+            self._plain_left = self.fallback_rounds
+            self.fallbacks += 1
+            why = (f"best K={k} expects {1000 * per_token:.1f} ms/token (acceptance "
+                   f"{self.cost.acceptance(0):.2f} at position 1) vs {1000 * plain:.1f} ms/token plain; "
+                   f"plain decoding for {self.fallback_rounds} rounds, then a probe")
+            return Decision(0, "fallback", why)
+        return Decision(k, "cost")
+
+    def observe(self, k: int, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float) -> None:
+        self.cost.observe_verify(n_drafted + 1, verify_s)
+        if n_drafted:
+            self.cost.observe_draft(n_drafted, draft_s)
+            self.cost.observe_acceptance(n_drafted, n_accepted)
