@@ -167,6 +167,7 @@ class Engine:
             if draft_max is not None or adaptive is not None:  # a per-call policy that still feeds the same costs
                 policy = DraftLength(policy.k_max if draft_max is None else draft_max,
                                      policy.adaptive if adaptive is None else adaptive, policy.cost)
+        policy.new_text()
         rng = np.random.default_rng(sampling.seed)
         stats = GenerationStats(n_prompt=len(seq))
         self._prefill(seq, proposer, stats)

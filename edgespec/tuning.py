@@ -108,13 +108,18 @@ class DraftLength:
     """Per round: how many tokens to draft. Fixed, or by the cost model with a fallback to plain decoding."""
 
     def __init__(self, k_max: int, adaptive: bool, cost: CostModel | None = None, fallback_rounds: int = 32,
-                 margin: float = 0.97) -> None:
+                 margin: float = 0.97, probe_k: int = 4) -> None:
         self.k_max, self.adaptive = k_max, adaptive
         self.cost = cost or CostModel()
-        self.fallback_rounds = fallback_rounds  # plain rounds before probing speculation again
+        self.fallback_rounds = fallback_rounds  # plain rounds before probing again, when drafting is far behind
         self.margin = margin  # speculate only if expected to cost under margin * a plain token
+        self.probe_k = probe_k  # a probe drafts at least this many, to learn acceptance past position 1
         self._plain_left = 0
         self.fallbacks = 0
+
+    def new_text(self) -> None:
+        """A new generation: whatever made drafting lose on the last text may not hold for this one."""
+        self._plain_left = 0
 
     def decide(self, cap: int) -> Decision:
         """cap: the most tokens this round may draft (context room, max_tokens)."""
@@ -125,17 +130,21 @@ class DraftLength:
             return Decision(k_max, "fixed")
         if self._plain_left > 0:
             self._plain_left -= 1
-            return Decision(0, "fallback") if self._plain_left > 0 else Decision(self.cost.best_k(k_max)[0], "probe")
+            if self._plain_left > 0:
+                return Decision(0, "fallback")
+            return Decision(max(self.cost.best_k(k_max)[0], min(self.probe_k, k_max)), "probe")
         plain = self.cost.t_verify(1)
         k, per_token = self.cost.best_k(k_max)
         if plain is None or per_token is None:
-            return Decision(min(k_max, 4), "warm-up")
-        if per_token >= self.margin * plain:
-            self._plain_left = self.fallback_rounds
+            return Decision(min(k_max, self.probe_k), "warm-up")
+        ratio = per_token / plain
+        if ratio >= self.margin:
+            # Near break-even the estimate may be wrong either way: probe again soon. Far behind: wait longer.
+            self._plain_left = max(4, min(self.fallback_rounds, int(self.fallback_rounds * (ratio - self.margin) / 0.3)))
             self.fallbacks += 1
             why = (f"best K={k} expects {1000 * per_token:.1f} ms/token (acceptance "
                    f"{self.cost.acceptance(0):.2f} at position 1) vs {1000 * plain:.1f} ms/token plain; "
-                   f"plain decoding for {self.fallback_rounds} rounds, then a probe")
+                   f"plain decoding for {self._plain_left} rounds, then a probe")
             return Decision(0, "fallback", why)
         return Decision(k, "cost")
 

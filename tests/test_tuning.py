@@ -55,11 +55,24 @@ def test_unmeasured_batch_sizes_are_interpolated():
 def test_fallback_when_even_the_best_k_loses_to_plain_and_probe_later():
     # compute-bound: verify of m rows costs m * 60% of a step, draft 40% of a step, acceptance 0.3
     c = model({m: 0.1 * (1 + 0.6 * (m - 1)) for m in range(1, 18)}, 0.04, [0.3] * 16)
-    d = DraftLength(8, adaptive=True, cost=c, fallback_rounds=3)
+    d = DraftLength(8, adaptive=True, cost=c, fallback_rounds=32)
     first = d.decide(100)
-    assert (first.k, first.reason) == (0, "fallback") and "ms/token plain" in first.why
-    assert [d.decide(100).reason for _ in range(3)] == ["fallback", "fallback", "probe"]
+    # best is K=1: (0.16 + 0.04) / 1.3 = 0.154 s/token, 1.54x plain: far behind, so the longest wait
+    assert (first.k, first.reason) == (0, "fallback") and "153.8 ms/token" in first.why and "32 rounds" in first.why
+    reasons = [d.decide(100) for _ in range(32)]
+    assert [r.reason for r in reasons] == ["fallback"] * 31 + ["probe"]
+    assert reasons[-1].k == 4  # a probe drafts enough to learn acceptance beyond position 1
     assert d.fallbacks == 1
+    d.decide(100)
+    d.new_text()  # a new prompt gets a fresh decision, not the rest of the old wait
+    assert d.decide(100).reason == "fallback" and d.fallbacks == 3
+
+
+def test_fallback_near_break_even_is_short():
+    # K=1 at a = 0.6 costs (0.1 * 1.62 + 0) / 1.6 = 0.10125 s/token: 1.01x plain, just past the margin
+    c = model({m: 0.1 * (1 + 0.62 * (m - 1)) for m in range(1, 18)}, 0.0, [0.6] * 16)
+    d = DraftLength(1, adaptive=True, cost=c, fallback_rounds=32)
+    assert "plain decoding for 4 rounds" in d.decide(100).why
 
 
 def test_no_fallback_when_speculation_pays():
