@@ -119,11 +119,14 @@ class Engine:
     def tokenize(self, prompt: str, *, chat_format: bool = False, system: str | None = None) -> list[int]:
         """Prompt text -> tokens; with chat_format, wrapped in the model's own chat template first."""
         if chat_format:
-            messages = ([("system", system)] if system else []) + [("user", prompt)]
-            text = chat.format_messages(self.model, messages)
-            bos_text = self.model.token_text(self.model.bos).decode("utf-8", "replace")
-            return self.model.tokenize(text, add_special=not (bos_text and text.startswith(bos_text)))
+            return self.tokenize_chat(([("system", system)] if system else []) + [("user", prompt)])
         return self.model.tokenize(prompt)
+
+    def tokenize_chat(self, messages: Sequence[tuple[str, str]], template: str | None = None) -> list[int]:
+        """(role, content) messages in the model's chat template (or the given one), ready for the assistant."""
+        text = chat.format_messages(self.model, messages, template)
+        bos_text = self.model.token_text(self.model.bos).decode("utf-8", "replace")
+        return self.model.tokenize(text, add_special=not (bos_text and text.startswith(bos_text)))
 
     # generation -------------------------------------------------------------------------------------------
     def generate(self, prompt: str | Sequence[int], **kwargs) -> GenerationResult:

@@ -11,6 +11,7 @@ def model(verify, draft_s, accept):
     c.draft_s = draft_s
     c.reached = [1e9] * len(accept)
     c.accepted = [a * 1e9 for a in accept]
+    c.n_observed = 1000
     return c
 
 
@@ -78,8 +79,11 @@ def test_fallback_near_break_even_is_short():
 def test_no_fallback_when_speculation_pays():
     c = model({m: 0.1 * (1 + 0.03 * (m - 1)) for m in range(1, 18)}, 0.01, [0.8] * 16)
     d = DraftLength(8, adaptive=True, cost=c)
-    decisions = [d.decide(100) for _ in range(50)]
-    assert all(x.reason == "cost" and x.k >= 4 for x in decisions) and d.fallbacks == 0
+    decisions = [d.decide(100) for _ in range(48)]
+    assert all(x.k >= 4 for x in decisions) and d.fallbacks == 0
+    # every 8th round drafts one more than the best, to keep measuring past it
+    assert [x.reason for x in decisions].count("explore") == 6
+    assert {x.k for x in decisions if x.reason == "explore"} == {decisions[0].k + 1}
 
 
 def test_cap_and_fixed_length():
@@ -89,6 +93,11 @@ def test_cap_and_fixed_length():
     assert DraftLength(5, adaptive=False).decide(0).k == 0
 
 
-def test_warm_up_before_any_measurement():
+def test_warm_up_drafts_probe_k_until_there_is_evidence():
     d = DraftLength(8, adaptive=True)
-    assert d.decide(100).reason == "warm-up"
+    assert (d.decide(100).k, d.decide(100).reason) == (4, "warm-up")
+    d.cost.observe_verify(1, 0.1)
+    for _ in range(3):
+        assert d.decide(100).reason == "warm-up"
+        d.observe(4, 4, 2, 0.04, 0.12)
+    assert d.decide(100).reason == "cost"

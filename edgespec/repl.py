@@ -1,0 +1,187 @@
+"""`edgespec chat`: the interactive loop. It renders; the engine decodes, the Conversation remembers.
+
+Each turn re-renders the whole conversation in the chat template and hands it to the engine, which keeps both KV
+caches between turns and decodes only what is new after the longest common prefix. When the conversation no longer
+fits, the oldest exchanges are dropped (the system prompt stays) and the rest is prefilled again.
+"""
+from __future__ import annotations
+
+import sys
+from collections import Counter
+
+import click
+
+from .chat import Conversation
+from .errors import EdgespecError
+from .stats import PHASES
+
+HELP = """commands:
+  /stats         this turn and the whole session: speed, acceptance, who drafted, time split
+  /reset         forget the conversation (the system prompt stays)
+  /system TEXT   set the system prompt (no TEXT: remove it)
+  /save FILE     write the conversation as JSON      /load FILE   continue a saved one
+  /help          this list                           /exit        leave (also Ctrl-D)
+Ctrl-C stops a reply and keeps what was written."""
+DRAFT_COLOR = "cyan"
+
+
+class SessionTotals:
+    def __init__(self) -> None:
+        self.n = Counter()
+        self.phase = Counter()
+        self.drafted_by, self.accepted_by = Counter(), Counter()
+
+    def add(self, s) -> None:
+        self.n.update(tokens=s.n_tokens, rounds=s.n_rounds, drafted=s.n_drafted, accepted=s.n_accepted, turns=1)
+        self.n["gen_s"] += s.generation_s
+        self.phase.update(s.phase_s)
+        self.drafted_by.update(s.drafted_by_source)
+        self.accepted_by.update(s.accepted_by_source)
+
+    def line(self) -> str:
+        n = self.n
+        if not n["tokens"]:
+            return "no tokens yet"
+        parts = [f"{n['turns']} replies, {n['tokens']} tokens", f"{n['tokens'] / n['gen_s']:.1f} tok/s"]
+        if n["drafted"]:
+            by = ", ".join(f"{k} {self.accepted_by[k]}/{v}" for k, v in self.drafted_by.items())
+            parts.append(f"acceptance {100 * n['accepted'] / n['drafted']:.0f}% ({by}), "
+                         f"{n['accepted'] / n['rounds']:.2f} accepted/round")
+        total = sum(self.phase.values()) or 1.0
+        parts.append("time " + " / ".join(f"{p} {100 * self.phase[p] / total:.0f}%" for p in PHASES))
+        return ", ".join(parts)
+
+
+class Repl:
+    def __init__(self, engine, sampling, max_tokens, stop, system, template, color) -> None:
+        self.engine, self.sampling, self.max_tokens, self.stop = engine, sampling, max_tokens, stop
+        self.template, self.color = template, color
+        self.conv = Conversation(system)
+        self.tty = sys.stdin.isatty()
+        self.session = SessionTotals()
+        self.last = None  # the last reply's stats
+
+    def say(self, text: str) -> None:
+        """Messages about the chat (not the reply): dim on a terminal, stderr when scripted."""
+        if self.color:
+            click.secho(text, dim=True, err=not self.tty)
+        else:
+            click.echo(text, err=not self.tty)
+
+    def run(self) -> None:
+        if self.tty:
+            import readline  # noqa: F401  (line editing and history for input())
+
+            self.say("edgespec chat: type a message, /help for commands, Ctrl-D to leave")
+        interrupted = False
+        while True:
+            try:
+                if not self.step():
+                    break
+                interrupted = False
+            except KeyboardInterrupt:  # at the prompt (a reply catches its own): once warns, twice leaves
+                if interrupted:
+                    break
+                interrupted = True
+                try:
+                    click.echo("")
+                    self.say("(Ctrl-C again or Ctrl-D to leave)")
+                except KeyboardInterrupt:
+                    break
+        if self.tty:
+            click.echo("")
+
+    def step(self) -> bool:
+        """Read one line and act on it; False means leave."""
+        try:
+            line = input("> ") if self.tty else sys.stdin.readline()
+        except EOFError:
+            return False
+        if not self.tty and not line:
+            return False  # end of piped input
+        line = line.rstrip("\n")
+        if not line.strip():
+            return True
+        if line.startswith("/"):
+            return self.command(line)
+        self.reply(line)
+        return True
+
+    def command(self, line: str) -> bool:
+        """Run a slash command; False means leave."""
+        name, _, arg = line.partition(" ")
+        arg = arg.strip()
+        if name in ("/exit", "/quit", "/bye"):
+            return False
+        if name == "/help":
+            self.say(HELP)
+        elif name == "/stats":
+            if self.last is not None:
+                from .cli import summary
+
+                self.say("this reply: " + summary(self.last))
+            self.say("session: " + self.session.line())
+        elif name == "/reset":
+            self.conv = Conversation(self.conv.system)
+            self.say("conversation cleared")
+        elif name == "/system":
+            self.conv.system = arg or None
+            self.say(f"system prompt {'set' if arg else 'removed'}")
+        elif name in ("/save", "/load"):
+            if not arg:
+                self.say(f"usage: {name} FILE")
+            elif name == "/save":
+                try:
+                    self.conv.save(arg)
+                    self.say(f"saved {len(self.conv.turns)} messages to {arg}")
+                except OSError as e:
+                    self.say(f"cannot write {arg}: {e.strerror}")
+            else:
+                try:
+                    self.conv = Conversation.load(arg)
+                    self.say(f"loaded {len(self.conv.turns)} messages from {arg}")
+                except EdgespecError as e:
+                    self.say(str(e))
+        else:
+            self.say(f"unknown command {name}; /help lists them")
+        return True
+
+    def prompt_tokens(self) -> list[int] | None:
+        """The conversation in tokens, dropping the oldest exchanges until it and a reply fit the context."""
+        n_ctx = self.engine.target.n_ctx
+        room = min(self.max_tokens, n_ctx // 4)  # keep at least this much for the reply
+        tokens = self.engine.tokenize_chat(self.conv.messages(), self.template)
+        dropped = 0
+        while len(tokens) + room > n_ctx and self.conv.drop_oldest_exchange():
+            dropped += 1
+            tokens = self.engine.tokenize_chat(self.conv.messages(), self.template)
+        if dropped:
+            self.say(f"(context full: dropped the {dropped} oldest message(s); the rest is read again)")
+        if len(tokens) >= n_ctx:
+            self.conv.turns.pop()
+            self.say(f"(that message is {len(tokens)} tokens, more than the {n_ctx}-token context; use --ctx-size)")
+            return None
+        return tokens
+
+    def reply(self, text: str) -> None:
+        self.conv.add("user", text)
+        tokens = self.prompt_tokens()
+        if tokens is None:
+            return
+        out, result = [], None
+        try:
+            for r in self.engine.stream(tokens, max_tokens=self.max_tokens, sampling=self.sampling, stop=self.stop):
+                if r.text:
+                    out.append(r.text)
+                    click.secho(r.text, nl=False, fg=DRAFT_COLOR if self.color and r.from_draft else None)
+                result = r.result
+        except KeyboardInterrupt:
+            click.echo("")
+            self.say("(interrupted; the reply so far is kept)")
+        else:
+            click.echo("")
+            if result.finish_reason == "length" and len(result.tokens) < self.max_tokens:
+                self.say("(the context is full; older messages will be dropped next turn)")
+            self.last = result.stats
+            self.session.add(result.stats)
+        self.conv.add("assistant", "".join(out))

@@ -1,0 +1,129 @@
+"""`edgespec chat`: the Conversation it keeps, piped use, and a real terminal session driven through a pty."""
+import json
+import os
+import pty
+import select
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from edgespec import EdgespecError
+from edgespec.chat import Conversation
+
+
+def test_conversation_round_trips_through_json(tmp_path):
+    c = Conversation("be brief")
+    c.add("user", "héllo")
+    c.add("assistant", "hi")
+    c.save(tmp_path / "c.json")
+    d = Conversation.load(tmp_path / "c.json")
+    assert (d.system, d.turns) == ("be brief", [("user", "héllo"), ("assistant", "hi")])
+
+
+def test_dropping_the_oldest_exchange_keeps_the_system_prompt():
+    c = Conversation("sys", [("user", "a"), ("assistant", "b"), ("user", "c")])
+    assert c.drop_oldest_exchange() and c.turns == [("user", "c")] and c.system == "sys"
+    assert not c.drop_oldest_exchange()
+
+
+def test_loading_a_broken_file_is_a_clear_error(tmp_path):
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(EdgespecError, match="is not a saved chat"):
+        Conversation.load(tmp_path / "bad.json")
+    with pytest.raises(EdgespecError, match="cannot read"):
+        Conversation.load(tmp_path / "missing.json")
+
+
+def test_piped_chat_answers_each_line_and_remembers(tiny_pair, tmp_path):
+    save = tmp_path / "s.json"
+    script = f"first message\n/stats\nsecond message\n/save {save}\n"
+    r = subprocess.run([sys.executable, "-m", "edgespec", "chat", "-m", str(tiny_pair[0]), "-d", str(tiny_pair[1]),
+                        "--fixed", "-n", "12", "-t", "0"], input=script, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    msgs = json.loads(save.read_text())["messages"]
+    assert [m["role"] for m in msgs] == ["user", "assistant", "user", "assistant"]
+    assert "session: 1 replies, 12 tokens" in r.stderr and "acceptance" in r.stderr
+    assert "\x1b[" not in r.stdout  # no colour when not a terminal
+
+
+class Terminal:
+    """A program on a pseudo-terminal: what a person at a terminal sees and types (Ctrl-C included)."""
+
+    def __init__(self, args):
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:
+            os.execv(sys.executable, [sys.executable, *args])
+        self.buf = b""
+
+    def read_until(self, marker: bytes, timeout: float = 60) -> bytes:
+        end = time.time() + timeout
+        while marker not in self.buf:
+            if time.time() > end:
+                raise AssertionError(f"no {marker!r} within {timeout}s; screen so far: {self.buf[-2000:]!r}")
+            if select.select([self.fd], [], [], 0.1)[0]:
+                try:
+                    self.buf += os.read(self.fd, 65536)
+                except OSError:
+                    break
+        return self.buf
+
+    def type(self, data: bytes) -> None:
+        os.write(self.fd, data)
+
+    def wait(self, timeout: float = 30) -> int:
+        end = time.time() + timeout
+        while time.time() < end:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                return os.waitstatus_to_exitcode(status)
+            if select.select([self.fd], [], [], 0.1)[0]:
+                try:
+                    self.buf += os.read(self.fd, 65536)
+                except OSError:
+                    pass
+        os.kill(self.pid, signal.SIGKILL)
+        raise AssertionError("did not exit")
+
+
+def test_terminal_session_with_slash_commands_colour_and_utf8(tiny_pair, tmp_path):
+    t = Terminal(["-m", "edgespec", "chat", "-m", str(tiny_pair[0]), "-d", str(tiny_pair[1]), "--fixed", "-n", "40",
+                  "-t", "0"])
+    t.read_until(b"/help for commands")
+    t.type(b"/help\r")
+    t.read_until(b"/save FILE")
+    t.type("tell me about Zürich ☃\r".encode())
+    t.read_until(b"\n> ")
+    t.type(b"/stats\r")
+    t.read_until(b"session: 1 replies")
+    t.type(f"/save {tmp_path / 'c.json'}\r".encode())
+    t.read_until(b"saved 2 messages")
+    t.read_until(b"messages to " + str(tmp_path / "c.json").encode() + b"\x1b[0m\r\n> ")
+    t.type(b"\x04")  # Ctrl-D leaves
+    assert t.wait() == 0
+    screen = t.buf
+    screen.decode("utf-8")  # strict: a character split across tokens was never printed broken
+    assert b"\x1b[36m" in screen  # drafted tokens are coloured on a terminal
+    assert json.loads((tmp_path / "c.json").read_text())["messages"][0]["content"] == "tell me about Zürich ☃"
+
+
+@pytest.mark.realmodel
+def test_ctrl_c_stops_a_reply_keeps_it_and_the_chat_goes_on(tmp_path):
+    from edgespec import default_model
+
+    t = Terminal(["-m", "edgespec", "chat", "-m", str(default_model.path()), "-n", "3000", "-t", "0", "--no-color"])
+    t.read_until(b"/help for commands")
+    t.type(b"Write a very long story about a dragon who learns to count to one thousand.\r")
+    time.sleep(4)
+    t.type(b"\x03")  # Ctrl-C mid-reply
+    t.read_until(b"the reply so far is kept")
+    t.type(f"/save {tmp_path / 'c.json'}\r".encode())
+    t.read_until(b"saved 2 messages")
+    t.type(b"\x03")
+    t.read_until(b"Ctrl-C again")
+    t.type(b"\x03")  # a second Ctrl-C at the prompt leaves
+    assert t.wait() == 0, t.buf[-3000:]
+    reply = json.loads((tmp_path / "c.json").read_text())["messages"][1]
+    assert reply["role"] == "assistant" and len(reply["content"]) > 20
