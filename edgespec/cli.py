@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 
 import click
@@ -30,40 +31,59 @@ def _fail(message: str, code: int = 1) -> None:
 
 @click.group(epilog=EXAMPLES)
 @click.version_option(__version__, prog_name="edgespec")
-def main() -> None:
+@click.pass_context
+def main(ctx) -> None:
     """Lossless speculative decoding for local GGUF models: a small draft model (or a lookup in the prompt)
     proposes, the large target verifies several tokens in one pass, and the output is exactly what the target
-    alone would write."""
+    alone would write.
+
+    Defaults come from ~/.config/edgespec/config.toml (or $EDGESPEC_CONFIG), then EDGESPEC_* variables, then
+    flags; `edgespec config` shows what is in effect."""
+    from .settings import load_config
+
+    try:
+        config = load_config()
+    except EdgespecError as e:
+        _fail(str(e))
+    ctx.default_map = {"generate": config, "chat": config, "config": config}
+
+
+def _option(*decls, **kw):
+    """A shared option whose default can also come from EDGESPEC_<NAME> or the settings file."""
+    from .settings import env_name
+
+    name = next(d for d in decls if d.startswith("--"))[2:].replace("-", "_")
+    return click.option(*decls, envvar=env_name(name), show_envvar=True, **kw)
 
 
 ENGINE_OPTIONS = [
-    click.option("--model", "-m", metavar="GGUF", help="Target model. Default: the embedded SmolLM2-135M-Instruct."),
-    click.option("--draft", "-d", metavar="GGUF", help="Draft model (same vocabulary as the target)."),
-    click.option("--lookup", is_flag=True,
+    _option("--model", "-m", metavar="GGUF", help="Target model. Default: the embedded SmolLM2-135M-Instruct."),
+    _option("--draft", "-d", metavar="GGUF", help="Draft model (same vocabulary as the target)."),
+    _option("--lookup", is_flag=True,
                  help="Prompt-lookup drafting (copies from the prompt and the text so far; no model). "
                       "With --draft: the hybrid, lookup first and the draft model for the rest."),
-    click.option("--no-spec", is_flag=True, help="Plain decoding with the target alone (the baseline)."),
-    click.option("--max-tokens", "-n", default=None, type=click.IntRange(min=0),
+    _option("--no-spec", is_flag=True, help="Plain decoding with the target alone (the baseline)."),
+    _option("--max-tokens", "-n", default=None, type=click.IntRange(min=0),
                  help="Most tokens to generate (generate: 256; chat: 1024 per reply)."),
-    click.option("--temperature", "-t", default=0.8, show_default=True, type=click.FloatRange(min=0),
+    _option("--temperature", "-t", default=0.8, show_default=True, type=click.FloatRange(min=0),
                  help="0 = greedy, identical to the target alone token for token."),
-    click.option("--top-k", default=40, show_default=True, type=click.IntRange(min=0), help="0 = off."),
-    click.option("--top-p", default=0.95, show_default=True, type=click.FloatRange(0, 1, min_open=True)),
-    click.option("--min-p", default=0.05, show_default=True, type=click.FloatRange(0, 1)),
-    click.option("--seed", type=int, help="Seed for sampling (reproducible runs)."),
-    click.option("--draft-max", "-k", default=8, show_default=True, type=click.IntRange(min=0),
+    _option("--top-k", default=40, show_default=True, type=click.IntRange(min=0), help="0 = off."),
+    _option("--top-p", default=0.95, show_default=True, type=click.FloatRange(0, 1, min_open=True)),
+    _option("--min-p", default=0.05, show_default=True, type=click.FloatRange(0, 1)),
+    _option("--seed", type=int, help="Seed for sampling (reproducible runs)."),
+    _option("--draft-max", "-k", default=8, show_default=True, type=click.IntRange(min=0),
                  help="Most tokens drafted per round; fewer (or none) when measured costs say that is faster."),
-    click.option("--fixed", is_flag=True, help="Draft exactly --draft-max tokens every round (no adaptive length)."),
-    click.option("--draft-p-min", default=0.0, show_default=True, type=click.FloatRange(0, 1),
+    _option("--fixed", is_flag=True, help="Draft exactly --draft-max tokens every round (no adaptive length)."),
+    _option("--draft-p-min", default=0.0, show_default=True, type=click.FloatRange(0, 1),
                  help="Stop a draft when the draft model's top probability falls below this."),
-    click.option("--stop", multiple=True, help="Stop when this text appears (repeatable)."),
-    click.option("--ctx-size", "-c", default=4096, show_default=True, type=click.IntRange(min=1)),
-    click.option("--threads", type=click.IntRange(min=1), help="CPU threads (default: physical cores)."),
-    click.option("--draft-threads", type=click.IntRange(min=1), help="CPU threads for the draft (default: as --threads)."),
-    click.option("--draft-ctx-size", type=click.IntRange(min=1), help="Draft context (default: as --ctx-size)."),
-    click.option("--gpu-layers", default=0, show_default=True, type=int, help="Target layers on the GPU (-1 = all)."),
-    click.option("--draft-gpu-layers", type=int, help="Draft layers on the GPU (default: as --gpu-layers)."),
-    click.option("--verbose", is_flag=True, help="Show llama.cpp's own log."),
+    _option("--stop", multiple=True, help="Stop when this text appears (repeatable)."),
+    _option("--ctx-size", "-c", default=4096, show_default=True, type=click.IntRange(min=1)),
+    _option("--threads", type=click.IntRange(min=1), help="CPU threads (default: physical cores)."),
+    _option("--draft-threads", type=click.IntRange(min=1), help="CPU threads for the draft (default: as --threads)."),
+    _option("--draft-ctx-size", type=click.IntRange(min=1), help="Draft context (default: as --ctx-size)."),
+    _option("--gpu-layers", default=0, show_default=True, type=int, help="Target layers on the GPU (-1 = all)."),
+    _option("--draft-gpu-layers", type=int, help="Draft layers on the GPU (default: as --gpu-layers)."),
+    _option("--verbose", is_flag=True, help="Show llama.cpp's own log."),
 ]
 
 
@@ -78,16 +98,24 @@ def load_engine(opts: dict):
     from . import backend
     from .engine import Engine
 
+    from .hub import cached, download, resolve
+
     backend.set_verbose(opts["verbose"])
-    model, lookup = opts["model"], opts["lookup"]
+    model, draft, lookup = opts["model"], opts["draft"], opts["lookup"]
     if model is None:
         model = str(default_model.path())
-        lookup = lookup or not opts["draft"]
+        lookup = lookup or not draft
         click.echo(f"edgespec: using the default model, {default_model.NAME}, with prompt-lookup drafting; "
-                   "for a bigger one pass --model PATH.gguf [--draft DRAFT.gguf] (pairs: models/presets.json)",
-                   err=True)
+                   "for a bigger one pass --model (a file, a preset from `edgespec models`, or REPO:FILE)", err=True)
+    else:
+        model, preset = resolve(model)
+        if preset is not None and draft is None:  # a preset brings its own drafting
+            draft = preset.draft and (cached(preset.draft) or download(preset.draft))
+            lookup = lookup or preset.lookup
+    if draft is not None:
+        draft = resolve(str(draft))[0]
     spec = not opts["no_spec"]
-    return Engine.load(model, opts["draft"] if spec else None, lookup=lookup and spec, n_ctx=opts["ctx_size"],
+    return Engine.load(model, draft if spec else None, lookup=lookup and spec, n_ctx=opts["ctx_size"],
                        n_threads=opts["threads"], n_gpu_layers=opts["gpu_layers"], draft_n_ctx=opts["draft_ctx_size"],
                        draft_n_gpu_layers=opts["draft_gpu_layers"], draft_n_threads=opts["draft_threads"],
                        draft_p_min=opts["draft_p_min"], draft_max=opts["draft_max"], adaptive=not opts["fixed"])
@@ -195,22 +223,106 @@ def chat(system, chat_format, no_color, **opts) -> None:
          template, color).run()
 
 
+@main.command("config")
+@engine_options
+@click.pass_context
+def config_cmd(ctx, **opts) -> None:
+    """Show the settings in effect for generate and chat, and where each comes from."""
+    from .settings import config_path, env_name, load_config
+
+    config = load_config()
+    click.echo(f"settings file: {config_path()} ({'found' if config_path().is_file() else 'none'})")
+    for name, value in opts.items():
+        if os.environ.get(env_name(name)) is not None:
+            source = f"env {env_name(name)}"
+        elif name in config:
+            source = "settings file"
+        else:
+            source = "default"
+        shown = "(the embedded default)" if name == "model" and value is None else value
+        click.echo(f"  {name:<18} {shown!s:<28} {source}")
+    unknown = sorted(set(config) - set(opts))
+    if unknown:
+        _fail(f"unknown settings in {config_path()}: {', '.join(unknown)}")
+
+
 @main.command("check")
 @click.argument("target")
 @click.argument("draft")
+@user_errors
 def check(target, draft) -> None:
-    """Say whether DRAFT can draft for TARGET (llama.cpp's vocabulary rule), and why not."""
+    """Show both models' metadata side by side and whether DRAFT can draft for TARGET (llama.cpp's vocabulary
+    rule), and why not. TARGET and DRAFT: files, presets or REPO:FILE."""
     from .backend import Model
-    from .pairing import VocabInfo, pair_problem
+    from .hub import resolve
+    from .pairing import VOCAB_TYPES, VocabInfo, pair_problem
 
-    try:
-        t, d = (VocabInfo.of(Model(p, vocab_only=True)) for p in (target, draft))
-    except EdgespecError as e:
-        _fail(str(e))
-    problem = pair_problem(t, d)
+    models = [Model(resolve(spec)[0], vocab_only=True) for spec in (target, draft)]
+    rows = [("file", lambda m: m.path), ("name", lambda m: m.meta("general.name") or "?"),
+            ("architecture", lambda m: m.meta("general.architecture") or "?"),
+            ("size", lambda m: f"{os.path.getsize(m.path) / 2**20:.0f} MiB"),
+            ("vocab type", lambda m: VOCAB_TYPES.get(m.vocab_type, str(m.vocab_type))),
+            ("vocab size", lambda m: str(m.n_vocab)), ("bos / add", lambda m: f"{m.bos} / {m.add_bos}"),
+            ("eos / add", lambda m: f"{m.eos} / {m.add_eos}"),
+            ("chat template", lambda m: "yes" if m.chat_template() else "no"),
+            ("trained context", lambda m: str(m.n_ctx_train))]
+    click.echo(f"{'':<16}{'target':<40}draft")
+    for label, get in rows:
+        click.echo(f"{label:<16}{get(models[0]):<40}{get(models[1])}")
+    problem = pair_problem(VocabInfo.of(models[0]), VocabInfo.of(models[1]))
     if problem:
         _fail(f"cannot pair: {problem}")
-    click.echo(f"ok: {draft} can draft for {target} (vocab {t.n_vocab} / {d.n_vocab})")
+    click.echo("ok: the draft can draft for the target")
+
+
+@main.command("models")
+def models_cmd() -> None:
+    """List the preset pairs (models/presets.json) and which files are already on disk."""
+    from .hub import cached
+    from .presets import load_presets
+
+    try:
+        presets = load_presets()
+    except EdgespecError as e:
+        _fail(str(e))
+    for p in presets:
+        click.echo(f"{p.name:<20}{p.description}")
+        for role, ref in (("target", p.target), ("draft", p.draft)):
+            if ref is None:
+                continue
+            where = cached(ref)
+            if where is None and role == "target" and p.name == "smollm2-135m":
+                where = default_model.cache_dir() / default_model.FILE
+                where = where if where.exists() else None
+            state = f"on disk: {where}" if where else f"not downloaded ({ref.size_mb} MB)"
+            click.echo(f"  {role:<7} {ref.repo}:{ref.file}  {state}")
+        click.echo(f"  licence {p.license}; pair {'+ prompt lookup' if p.lookup else ''}; checked: {p.verified}")
+
+
+@main.command("pull")
+@click.argument("name")
+@click.argument("file", required=False)
+@user_errors
+def pull(name, file) -> None:
+    """Download a preset pair (NAME) or one file (REPO FILE) from the Hugging Face hub into its cache, resumably,
+    and check that a pair can pair. HF_HUB_OFFLINE=1 uses the cache only."""
+    from .backend import Model
+    from .hub import download
+    from .pairing import VocabInfo, check_pair
+    from .presets import ModelRef, find
+
+    if file is not None:
+        click.echo(download(ModelRef(name, file), verify=False))
+        return
+    preset = find(name)
+    if preset is None:
+        _fail(f"no preset named {name}; `edgespec models` lists them, or give REPO FILE")
+    paths = [download(ref) for ref in (preset.target, preset.draft) if ref is not None]
+    if len(paths) == 2:
+        check_pair(*(VocabInfo.of(Model(p, vocab_only=True)) for p in paths))
+    for p in paths:
+        click.echo(p)
+    click.echo(f"ok: run `edgespec chat -m {name}`", err=True)
 
 
 @main.command("fetch-default")
