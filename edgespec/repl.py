@@ -173,7 +173,10 @@ class Repl:
             for r in self.engine.stream(tokens, max_tokens=self.max_tokens, sampling=self.sampling, stop=self.stop):
                 if r.text:
                     out.append(r.text)
-                    click.secho(r.text, nl=False, fg=DRAFT_COLOR if self.color and r.from_draft else None)
+                    if self.color and r.from_draft:
+                        click.secho(r.text, nl=False, fg=DRAFT_COLOR)
+                    else:
+                        click.echo(r.text, nl=False)
                 result = r.result
         except KeyboardInterrupt:
             click.echo("")
