@@ -57,7 +57,7 @@ def main() -> None:
     draft_pmin = DraftModelProposer(dctx, target.n_vocab, p_min=args.p_min)
     lookup = PromptLookupProposer()
     proposers = {"draft": draft, "draft-pmin": draft_pmin, "lookup": lookup,
-                 "hybrid": HybridProposer(PromptLookupProposer(), draft)}
+                 "hybrid": HybridProposer(draft)}
     engine = Engine(Context(target, 2048, args.threads), draft, args.draft_max, adaptive=True)
     warm = engine.tokenize("Hello")
     for m in modes:

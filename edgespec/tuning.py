@@ -132,7 +132,7 @@ class DraftLength:
     """Per round: how many tokens to draft. Fixed, or by the cost model with a fallback to plain decoding."""
 
     def __init__(self, k_max: int, adaptive: bool, cost: CostModel | None = None, fallback_rounds: int = 32,
-                 margin: float = 0.97, probe_k: int = 4, explore_every: int = 8) -> None:
+                 margin: float = 0.92, probe_k: int = 4, explore_every: int = 8) -> None:
         self.k_max, self.adaptive = k_max, adaptive
         self.cost = cost or CostModel()
         self.fallback_rounds = fallback_rounds  # plain rounds before probing again, when drafting is far behind
