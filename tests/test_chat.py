@@ -58,9 +58,14 @@ class Terminal:
             os.execv(sys.executable, [sys.executable, *args])
         self.buf = b""
 
-    def read_until(self, marker: bytes, timeout: float = 60) -> bytes:
+    def read_until(self, marker: bytes, timeout: float = 60, after: bytes = b"") -> bytes:
+        """Read the screen until marker shows (after the last occurrence of `after`, if given)."""
         end = time.time() + timeout
-        while marker not in self.buf:
+
+        def seen() -> bool:
+            return marker in (self.buf.rsplit(after, 1)[-1] if after else self.buf)
+
+        while not seen():
             if time.time() > end:
                 raise AssertionError(f"no {marker!r} within {timeout}s; screen so far: {self.buf[-2000:]!r}")
             if select.select([self.fd], [], [], 0.1)[0]:
@@ -96,10 +101,13 @@ def test_terminal_session_with_slash_commands_colour_and_utf8(tiny_pair, tmp_pat
     t.read_until(b"/save FILE")
     t.type("tell me about Zürich ☃\r".encode())
     t.read_until(b"\n> ")
+    t.type(b"and then?\r")  # a second turn on the same caches
+    t.read_until(b"\n> ", after=b"and then?")
+    time.sleep(0.3)
     t.type(b"/stats\r")
-    t.read_until(b"session: 1 replies")
+    t.read_until(b"session: 2 replies")
     t.type(f"/save {tmp_path / 'c.json'}\r".encode())
-    t.read_until(b"saved 2 messages")
+    t.read_until(b"saved 4 messages")
     t.read_until(b"messages to " + str(tmp_path / "c.json").encode() + b"\x1b[0m\r\n> ")
     time.sleep(0.5)
     t.type(b"\x04")  # Ctrl-D leaves
@@ -132,3 +140,21 @@ def test_ctrl_c_stops_a_reply_keeps_it_and_the_chat_goes_on(tmp_path):
     assert t.wait() == 0, t.buf[-3000:]
     reply = json.loads((tmp_path / "c.json").read_text())["messages"][1]
     assert reply["role"] == "assistant" and len(reply["content"]) > 20
+
+
+def test_piped_chat_context_full_reset_system_and_load(tiny_pair, tmp_path):
+    """A 256-token context fills after a few turns: the oldest exchanges go, the chat goes on and says so."""
+    saved = tmp_path / "s.json"
+    saved.write_text(json.dumps({"messages": [{"role": "system", "content": "from file"},
+                                              {"role": "user", "content": "earlier question"},
+                                              {"role": "assistant", "content": "earlier answer"}]}))
+    long = "tell me more about the weather today " * 3
+    script = "\n".join([long] * 4 + ["/system be brief", "/reset", "short", f"/load {saved}", "next", f"/save {saved}"])
+    r = subprocess.run([sys.executable, "-m", "edgespec", "chat", "-m", str(tiny_pair[0]), "-c", "256", "-n", "60",
+                        "-t", "0"], input=script + "\n", capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "context full: dropped the" in r.stderr
+    assert "system prompt set" in r.stderr and "conversation cleared" in r.stderr and "loaded 2 messages" in r.stderr
+    msgs = json.loads(saved.read_text())["messages"]
+    assert [m["content"] for m in msgs[:4]] == ["from file", "earlier question", "earlier answer", "next"]
+    assert r.stdout.endswith("\n")  # replies on stdout (random-model text: not countable by lines)
