@@ -23,7 +23,7 @@ from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 import edgespec
 
 sys.path.insert(0, str(Path(__file__).parent))
-from run import HERE, models_for  # noqa: E402
+from run import load_work, models_for  # noqa: E402
 
 
 def lcp_run(llm, tokens, max_tokens):
@@ -45,12 +45,7 @@ def main() -> None:
     ap.add_argument("--json")
     args = ap.parse_args()
     target, _ = models_for(args.config, Path(args.models))
-    work = json.loads((HERE / "workloads.json").read_text())
-    if args.limit:
-        by_cat = defaultdict(list)
-        for w in work:
-            by_cat[w["category"]].append(w)
-        work = [w for i in range(args.limit) for ws in by_cat.values() if i < len(ws) for w in [ws[i]]]
+    work = load_work(args.limit)
 
     engine = edgespec.Engine.load(target, lookup=True, n_ctx=2048, n_threads=args.threads, draft_max=16)
     common = dict(model_path=str(target), n_ctx=2048, n_threads=args.threads, n_threads_batch=args.threads,

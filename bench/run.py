@@ -44,6 +44,17 @@ def models_for(config: str, folder: Path) -> tuple[Path, Path]:
     return f16, folder / DRAFT
 
 
+def load_work(limit: int | None = None) -> list[dict]:
+    """The workload set; with limit, the first `limit` prompts of each category, categories interleaved."""
+    work = json.loads((HERE / "workloads.json").read_text())
+    if not limit:
+        return work
+    by_cat = defaultdict(list)
+    for w in work:
+        by_cat[w["category"]].append(w)
+    return [ws[i] for i in range(limit) for ws in by_cat.values() if i < len(ws)]
+
+
 class Totals:
     def __init__(self) -> None:
         self.s = defaultdict(float)
@@ -94,12 +105,7 @@ def main() -> None:
     args = ap.parse_args()
 
     target, draft = (Path(args.target), Path(args.draft)) if args.target else models_for(args.config, Path(args.models))
-    work = json.loads((HERE / "workloads.json").read_text())
-    if args.limit:
-        by_cat = defaultdict(list)
-        for w in work:
-            by_cat[w["category"]].append(w)
-        work = [w for i in range(args.limit) for ws in by_cat.values() if i < len(ws) for w in [ws[i]]]
+    work = load_work(args.limit)
     k = f"K={args.draft_max}" if args.fixed else f"adaptive K<={args.draft_max}"
     print(f"target {target.name}, draft {draft.name}{' + lookup' if args.lookup else ''}, {k}, {args.threads} threads, greedy, "
           f"{args.max_tokens} tokens x {len(work)} prompts", file=sys.stderr)

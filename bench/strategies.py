@@ -23,7 +23,7 @@ from edgespec.engine import Engine
 from edgespec.proposers import DraftModelProposer, HybridProposer, PromptLookupProposer
 
 sys.path.insert(0, str(Path(__file__).parent))
-from run import HERE, models_for  # noqa: E402
+from run import load_work, models_for  # noqa: E402
 
 SWEEP = (1, 2, 3, 4, 6, 8, 12, 16)
 
@@ -44,12 +44,7 @@ def main() -> None:
 
     target_path, draft_path = models_for(args.config, Path(args.models))
     modes = args.modes.split(",") + ([f"draft:{k}" for k in SWEEP] if args.sweep else [])
-    work = json.loads((HERE / "workloads.json").read_text())
-    if args.limit:
-        by_cat = defaultdict(list)
-        for w in work:
-            by_cat[w["category"]].append(w)
-        work = [w for i in range(args.limit) for ws in by_cat.values() if i < len(ws) for w in [ws[i]]]
+    work = load_work(args.limit)
 
     target = Model(target_path)
     dctx = Context(Model(draft_path), 2048, args.threads)
