@@ -51,7 +51,8 @@ def main() -> None:
     draft = DraftModelProposer(dctx, target.n_vocab)
     draft_pmin = DraftModelProposer(dctx, target.n_vocab, p_min=args.p_min)
     lookup = PromptLookupProposer()
-    proposers = {"draft": draft, "draft-pmin": draft_pmin, "lookup": lookup,
+    proposers = {"draft": draft, "draft-pmin": draft_pmin, "lookup": lookup, "lookup1": PromptLookupProposer(n_min=1),
+                 "lookup2": PromptLookupProposer(n_min=2),
                  "hybrid": HybridProposer(draft)}
     engine = Engine(Context(target, 2048, args.threads), draft, args.draft_max, adaptive=True)
     warm = engine.tokenize("Hello")

@@ -12,9 +12,8 @@ from .prompt_lookup import PromptLookupProposer
 
 class HybridProposer:
     def __init__(self, draft, lookup=None) -> None:
-        # A one-token match is a weak guess; with a draft model at hand, lookup speaks only on 2-gram matches.
         self.draft = draft
-        self.lookup = lookup if lookup is not None else PromptLookupProposer(n_min=2)
+        self.lookup = lookup if lookup is not None else PromptLookupProposer()
 
     def begin(self, seq: Sequence[int]) -> None:
         self.lookup.begin(seq)
