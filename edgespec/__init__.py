@@ -3,7 +3,7 @@
     import edgespec
     engine = edgespec.Engine.load("target.gguf", draft="draft.gguf")
     result = engine.generate("def fib(n):", max_tokens=64)
-    print(result.text, result.stats.tokens_per_s)
+    result.text, result.stats.tokens_per_s
 """
 from .engine import Engine, GenerationResult, Response
 from .errors import BackendError, ContextOverflowError, EdgespecError, ModelLoadError, PairError

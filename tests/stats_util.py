@@ -1,4 +1,4 @@
-"""A chi-square goodness-of-fit check without scipy."""
+"""A chi-square goodness-of-fit check without scipy, and exact target distributions to check against."""
 import numpy as np
 
 
@@ -26,3 +26,21 @@ def chi2_stat(counts: np.ndarray, probs: np.ndarray, min_expected: float = 5.0) 
 def assert_follows(counts, probs) -> None:
     stat, df = chi2_stat(counts, probs)
     assert stat < chi2_critical(max(df, 1)), f"chi2 {stat:.1f} on {df} df: counts {list(counts)} vs p {list(probs)}"
+
+
+def exact_first_two(model, prompt, cfg) -> dict:
+    """The target alone's exact joint distribution of the first two generated tokens: {(a, b): p}."""
+    from edgespec.backend import Context
+    from edgespec.sampling import probabilities
+
+    ctx = Context(model, n_ctx=256)
+    ctx.decode(prompt[:-1])
+    p1 = probabilities(ctx.decode(prompt[-1:], [0])[0], cfg)
+    joint = {}
+    for a in np.flatnonzero(p1):
+        ctx.truncate(len(prompt))
+        p2 = probabilities(ctx.decode([int(a)], [0])[0], cfg)
+        for b in np.flatnonzero(p2):
+            joint[(int(a), int(b))] = p1[a] * p2[b]
+    ctx.close()
+    return joint
