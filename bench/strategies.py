@@ -53,7 +53,7 @@ def main() -> None:
     lookup = PromptLookupProposer()
     proposers = {"draft": draft, "draft-pmin": draft_pmin, "lookup": lookup, "lookup1": PromptLookupProposer(n_min=1),
                  "lookup2": PromptLookupProposer(n_min=2),
-                 "hybrid": HybridProposer(draft)}
+                 "hybrid": HybridProposer(DraftModelProposer(dctx, target.n_vocab))}  # learns apart from "draft"
     engine = Engine(Context(target, 2048, args.threads), draft, args.draft_max, adaptive=True)
     warm = engine.tokenize("Hello")
     for m in modes:
@@ -77,7 +77,7 @@ def main() -> None:
                 t["drafted"] += r.stats.n_drafted
                 t["accepted"] += r.stats.n_accepted
                 t["rounds"] += r.stats.n_rounds
-                t["fallback"] += r.stats.rounds_by_reason.get("fallback", 0)
+                t["fallback"] += sum(n for why, n in r.stats.rounds_by_reason.items() if "fallback" in why)
                 t["same"] += r.tokens == ref
                 t["prompts"] += 1
             line.append(f"{m} {r.stats.ms_per_token:.0f}")

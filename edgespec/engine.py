@@ -3,6 +3,10 @@
 Invariant at the top of each round: the target's cache holds seq[:-1]; seq[-1] (the newest token) is decoded in
 the same batch as the draft, so one target call scores the K drafts and yields the bonus row. With no proposer,
 or k = 0, the very same path is plain one-token-at-a-time decoding: the baseline shares every line of it.
+
+A proposer may be a chain of parts (`proposer.parts`, e.g. the hybrid: prompt lookup, then the draft model). Each
+part has its own draft-length policy, fed its own costs and acceptance; in a round each part in turn proposes from
+where the earlier ones stopped, up to the round length its own policy wants.
 """
 from __future__ import annotations
 
@@ -17,11 +21,11 @@ from . import chat
 from .backend import Context, Model
 from .errors import ContextOverflowError, EdgespecError
 from .pairing import VocabInfo, check_pair
-from .proposers import EMPTY, DraftModelProposer, HybridProposer, PromptLookupProposer, Proposer
+from .proposers import EMPTY, DraftModelProposer, HybridProposer, PromptLookupProposer, Proposal, Proposer
 from .sampling import GREEDY, SamplingConfig, probabilities
 from .stats import GenerationStats, RoundRecord
 from .text import TextStream
-from .tuning import CostModel, DraftLength
+from .tuning import CostModel, Decision, DraftLength
 from .verify import verify_greedy, verify_sampled
 
 DEFAULT_CTX = 4096
@@ -68,10 +72,10 @@ class Engine:
         self._cost = cost or CostModel()
         self._policies: dict[int, DraftLength] = {}
         if proposer is not None:
-            self._policies[id(proposer)] = DraftLength(draft_max, adaptive, self._cost)
+            self._policies[id(_parts(proposer)[0])] = DraftLength(draft_max, adaptive, self._cost)
 
     def policy(self, proposer: Proposer) -> DraftLength:
-        """The draft-length policy (and cost model) this engine keeps for a proposer."""
+        """The draft-length policy (and cost model) this engine keeps for a proposer (or a part of a chain)."""
         if id(proposer) not in self._policies:
             self._policies[id(proposer)] = DraftLength(self.draft_max, self.adaptive,
                                                        CostModel(verify_s=self._cost.verify_s))
@@ -163,18 +167,19 @@ class Engine:
         if max_tokens < 0:
             raise EdgespecError(f"max_tokens must be >= 0, got {max_tokens}")
         proposer = (proposer or self.proposer) if speculative else None
-        if proposer is None:
-            policy = DraftLength(0, False)
-        else:
-            policy = self.policy(proposer)
+        plan: list[tuple[Proposer, DraftLength]] = []
+        for part in _parts(proposer) if proposer is not None else ():
+            policy = self.policy(part)
             if draft_max is not None or adaptive is not None:  # a per-call policy that still feeds the same costs
                 policy = DraftLength(policy.k_max if draft_max is None else draft_max,
                                      policy.adaptive if adaptive is None else adaptive, policy.cost)
-        policy.new_text()
+                policy.by_key = self.policy(part).by_key
+            policy.new_text()
+            plan.append((part, policy))
         rng = np.random.default_rng(sampling.seed)
         stats = GenerationStats(n_prompt=len(seq))
         self._prefill(seq, proposer, stats)
-        if policy.adaptive and policy.cost.t_verify(1) is None:
+        if any(policy.adaptive for _, policy in plan) and len(self._cost.verify_s) < 2:  # plain rounds time m = 1 only
             t0 = time.perf_counter()
             self.calibrate()
             stats.prompt_s += time.perf_counter() - t0  # once per engine: set-up, not generation
@@ -187,10 +192,8 @@ class Engine:
             if room < 1:
                 finish = "length"
                 break
-            decision = policy.decide(min(room - 1, max_tokens - len(out) - 1))
-            if decision.reason == "fallback" and decision.why:
-                stats.fallbacks.append({"round": stats.n_rounds, "why": decision.why})
-            emitted, finish = self._round(seq, out, decision, policy, proposer, sampling, rng, text, stats, max_tokens)
+            cap = min(room - 1, max_tokens - len(out) - 1)
+            emitted, finish = self._round(seq, out, cap, plan, proposer, sampling, rng, text, stats, max_tokens)
             for tok, source, piece in emitted:
                 yield Response(piece, tok, source is not None, source)
         tail = text.flush()
@@ -205,11 +208,45 @@ class Engine:
             proposer.begin(seq)
         stats.prompt_s = time.perf_counter() - t0
 
-    def _round(self, seq, out, decision, policy, proposer, sampling, rng, text, stats, max_tokens):
+    def _propose(self, seq, cap, plan, sampling, rng, stats):
+        """Each part of the chain proposes in turn, from where the earlier ones stopped, up to the round length its
+        own policy wants. Returns the joint Proposal and, per part that proposed, (part, policy, start, n, key,
+        seconds); the decisions' reasons go into the round's record."""
+        tokens: list[int] = []
+        qs: list[np.ndarray | None] = []
+        sources: list[str] = []
+        sampled = False
+        done, reasons = [], []
+        for part, policy in plan:
+            decision = policy.decide(cap) if len(tokens) < cap else Decision(0, "full")
+            reasons.append(decision.reason)
+            if decision.reason == "fallback" and decision.why:
+                stats.fallbacks.append({"round": stats.n_rounds, "why": decision.why})
+            if decision.reason not in ("free", "fixed") and len(done) == 1 and decision.k > 0:
+                _, lead_policy, _, n_lead, lead_key, _ = done[0]
+                if policy.alone_is_better(decision.k, lead_policy.keyed(lead_key), n_lead):
+                    # this part's own draft is expected to do better than following the earlier one's
+                    tokens, qs, sources, done, sampled = [], [], [], [], False
+                    reasons[0] = "dropped"
+            k = decision.k - len(tokens)
+            if k <= 0:
+                continue
+            t0 = time.perf_counter()
+            prop = part.propose(seq + tokens if tokens else seq, k, sampling, rng)
+            seconds = time.perf_counter() - t0
+            n = policy.keep(len(prop.tokens), prop.key) if decision.reason == "free" else len(prop.tokens)
+            done.append((part, policy, len(tokens), n, prop.key, seconds))
+            tokens += prop.tokens[:n]
+            sources += prop.sources[:n]
+            qs += list(prop.q[:n]) if prop.q is not None else [None] * n
+            sampled = sampled or prop.q is not None
+        return Proposal(tokens, qs if sampled else None, sources), done, "+".join(reasons) or "fixed"
+
+    def _round(self, seq, out, cap, plan, proposer, sampling, rng, text, stats, max_tokens):
         """One propose -> verify -> accept step. Returns the emitted (token, source, text) and a finish reason."""
         llama0 = self._llama_seconds(proposer)
         t0 = time.perf_counter()
-        prop = proposer.propose(seq, decision.k, sampling, rng) if decision.k > 0 else EMPTY
+        prop, parts, reason = self._propose(seq, cap, plan, sampling, rng, stats) if cap > 0 else (EMPTY, [], "fixed")
         t1 = time.perf_counter()
         batch = [seq[-1], *prop.tokens]
         t2 = time.perf_counter()
@@ -222,8 +259,10 @@ class Engine:
             n, nxt = verify_sampled(p, prop.q, prop.tokens, rng)
         # Keep seq[:-1] + seq[-1] + the accepted drafts: once nxt is appended, that is the new seq[:-1].
         self.target.truncate(len(seq) + n)
-        if proposer is not None:
-            proposer.accepted(n)
+        for part, policy, start, n_part, key, seconds in parts:
+            tested = n >= start  # every token before this part's passed
+            part.accepted(min(n_part, n - start) if tested else 0)
+            policy.observe(n_part, min(n_part, n - start) if tested else None, seconds, key)
         emitted, finish = [], None
         for tok, source in [*zip(prop.tokens[:n], prop.sources[:n]), (nxt, None)]:
             if self.model.is_eog(tok):
@@ -241,9 +280,9 @@ class Engine:
         t4 = time.perf_counter()
         for phase, dt in (("draft", t1 - t0), ("prepare", t2 - t1), ("verify", t3 - t2), ("accept", t4 - t3)):
             stats.phase_s[phase] += dt
-        policy.observe(decision.k, len(prop.tokens), n, t1 - t0, t3 - t2)
+        self._cost.observe_verify(len(batch), t3 - t2)
         stats.add_round(RoundRecord(len(prop.tokens), n, len(emitted), t4 - t0, self._llama_seconds(proposer) - llama0,
-                                    decision.reason, tuple(prop.sources)))
+                                    reason, tuple(prop.sources)))
         return emitted, finish
 
     def calibrate(self, sizes: Sequence[int] = CALIBRATION_SIZES) -> dict[int, float]:
@@ -277,3 +316,8 @@ class Engine:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _parts(proposer: Proposer) -> Sequence[Proposer]:
+    """The chain a proposer stands for: its parts, or itself alone."""
+    return getattr(proposer, "parts", None) or (proposer,)

@@ -37,6 +37,11 @@ class CostModel:
             per = seconds / n_drafted
             self.draft_s = per if self.draft_s is None else self.draft_s + self.alpha * (per - self.draft_s)
 
+    def forget(self, factor: float) -> None:
+        """Weigh the acceptance seen so far by factor (a new text: the old one's evidence counts less)."""
+        self.reached = [r * factor for r in self.reached]
+        self.accepted = [a * factor for a in self.accepted]
+
     def observe_acceptance(self, n_drafted: int, n_accepted: int) -> None:
         """Position i (0-based) was tested if i < n_drafted and all before it passed, i.e. i <= n_accepted."""
         self.n_observed += 1
@@ -65,6 +70,13 @@ class CostModel:
             chain *= self.acceptance(i)
             total += chain
         return total
+
+    def all_pass(self, k: int) -> float:
+        """The chance that all of the first k drafted tokens pass."""
+        p = 1.0
+        for i in range(k):
+            p *= self.acceptance(i)
+        return p
 
     def t_verify(self, m: int) -> float | None:
         """Measured, or interpolated between the nearest measured batch sizes (extrapolated past the ends)."""
@@ -124,29 +136,47 @@ def _interpolate(table: dict[int, float], x: int) -> float | None:
 @dataclass
 class Decision:
     k: int
-    reason: str  # "fixed", "warm-up", "cost", "fallback", "probe"
+    reason: str  # "fixed", "warm-up", "cost", "explore", "fallback", "probe", "free"
     why: str = ""  # for a fallback: the numbers behind it
 
 
 class DraftLength:
-    """Per round: how many tokens to draft. Fixed, or by the cost model with a fallback to plain decoding."""
+    """Per round: how many tokens to draft. Fixed, or by the cost model with a fallback to plain decoding.
+
+    A proposer whose proposals cost nothing worth counting (measured: under free_share of a plain step, as prompt
+    lookup is) is asked for all it has; what it proposed is then cut by keep() to the length worth verifying, by the
+    acceptance seen for proposals of that kind (the proposal's key, e.g. the length of a lookup's match). Declining
+    a proposal is a plain round, so such a proposer never needs the fallback.
+    """
 
     def __init__(self, k_max: int, adaptive: bool, cost: CostModel | None = None, fallback_rounds: int = 32,
-                 margin: float = 0.92, probe_k: int = 4, explore_every: int = 8) -> None:
+                 margin: float = 0.92, probe_k: int = 4, explore_every: int = 8, free_share: float = 0.02) -> None:
         self.k_max, self.adaptive = k_max, adaptive
         self.cost = cost or CostModel()
+        self.free_share = free_share
+        self.by_key: dict[object, CostModel] = {}  # acceptance per kind of proposal; verify costs shared
+        self._declined: dict[object, int] = {}
         self.fallback_rounds = fallback_rounds  # plain rounds before probing again, when drafting is far behind
         self.margin = margin  # speculate only if expected to cost under margin * a plain token
-        self.probe_k = probe_k  # a probe drafts at least this many, to learn acceptance past position 1
+        self.probe_k = probe_k  # warm-up rounds draft this many, to learn acceptance past position 1
+        self.max_wait = 512  # the longest fallback, after repeated failed probes
         self._plain_left = 0
+        self._failed_probes = 0  # probes in a row after which drafting still did not pay
+        self._probe = ""  # "pending": asked for, not yet drafted and tested; "done": its verdict is next
         self.warm_up_rounds = 3
         self.explore_every = explore_every  # every n-th round drafts one more than the best K, to keep learning
         self._rounds = 0
         self.fallbacks = 0
 
-    def new_text(self) -> None:
-        """A new generation: whatever made drafting lose on the last text may not hold for this one."""
-        self._plain_left = 0
+    def new_text(self, forget: float = 0.5) -> None:
+        """A new generation. Acceptance depends on the text: what the last one showed counts `forget` as much.
+        Costs belong to the machine and carry over, and so does a fallback's backoff; but a text begun in a
+        fallback is probed at once, while the draft model has just read its prompt (a probe later in the text
+        first catches up on everything it skipped)."""
+        for c in (self.cost, *self.by_key.values()):
+            c.forget(forget)
+        if self._plain_left > 0:
+            self._plain_left = 1
 
     def decide(self, cap: int) -> Decision:
         """cap: the most tokens this round may draft (context room, max_tokens)."""
@@ -155,11 +185,15 @@ class DraftLength:
             return Decision(0, "fixed")
         if not self.adaptive:
             return Decision(k_max, "fixed")
+        if self.free:
+            return Decision(k_max, "free")
         if self._plain_left > 0:
             self._plain_left -= 1
             if self._plain_left > 0:
                 return Decision(0, "fallback")
-            return Decision(max(self.cost.best_k(k_max)[0], min(self.probe_k, k_max)), "probe")
+            self._probe = "pending"
+        if self._probe == "pending":  # asked again until it is carried out (in a chain, another part may fill)
+            return Decision(self.cost.best_k(k_max)[0], "probe")
         plain = self.cost.t_verify(1)
         k, per_token = self.cost.best_k(k_max)
         if plain is None or per_token is None or self.cost.n_observed < self.warm_up_rounds:
@@ -167,21 +201,80 @@ class DraftLength:
             # acceptance past position 1, which the estimates need before they can be trusted.
             return Decision(min(k_max, self.probe_k), "warm-up")
         ratio = per_token / plain
+        probed, self._probe = self._probe == "done", ""
         if ratio >= self.margin:
-            # Near break-even the estimate may be wrong either way: probe again soon. Far behind: wait longer.
-            self._plain_left = max(4, min(self.fallback_rounds, int(self.fallback_rounds * (ratio - self.margin) / 0.3)))
+            # Near break-even the estimate may be wrong either way: probe again soon. Far behind: wait longer, and
+            # twice as long after each probe that did not change the verdict.
+            self._failed_probes = self._failed_probes + 1 if probed else 0
+            wait = max(4, min(self.fallback_rounds, int(self.fallback_rounds * (ratio - self.margin) / 0.3)))
+            self._plain_left = min(self.max_wait, wait * 2 ** self._failed_probes)
             self.fallbacks += 1
             why = (f"best K={k} expects {1000 * per_token:.1f} ms/token (acceptance "
                    f"{self.cost.acceptance(0):.2f} at position 1) vs {1000 * plain:.1f} ms/token plain; "
                    f"plain decoding for {self._plain_left} rounds, then a probe")
+            if self._failed_probes:
+                why += f" ({self._failed_probes} in a row did not pay)"
             return Decision(0, "fallback", why)
+        self._failed_probes = 0
         self._rounds += 1
         if self.explore_every and self._rounds % self.explore_every == 0 and k < k_max:
             return Decision(k + 1, "explore")
         return Decision(k, "cost")
 
-    def observe(self, k: int, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float) -> None:
-        self.cost.observe_verify(n_drafted + 1, verify_s)
+    @property
+    def free(self) -> bool:
+        """Proposing costs under free_share of a plain target step (measured): ask for all, keep what pays."""
+        plain, per = self.cost.t_verify(1), self.cost.draft_s
+        return self.adaptive and plain is not None and per is not None and per < self.free_share * plain
+
+    def keyed(self, key: object) -> CostModel:
+        """The acceptance estimates for proposals of this kind (None: all of them together)."""
+        if key is None:
+            return self.cost
+        if key not in self.by_key:
+            c = self.cost
+            self.by_key[key] = CostModel(c.alpha, c.decay, c.prior_accept, c.prior_weight, verify_s=c.verify_s)
+        return self.by_key[key]
+
+    def keep(self, n: int, key: object = None, recheck_every: int = 16) -> int:
+        """How many of n proposed tokens to verify (a "free" round): the k <= n with the least expected verify time
+        per token, k = 0 being a plain step. A kind of proposal judged not worth verifying is still verified one
+        token deep every recheck_every-th time, so its estimate can recover when the text changes."""
+        c = self.keyed(key)
+        best, best_cost, chain, expected = 0, c.t_verify(1), 1.0, 1.0
+        if best_cost is None:
+            return n
+        for k in range(1, n + 1):
+            chain *= c.acceptance(k - 1)
+            expected += chain
+            cost = c.t_verify(k + 1) / expected
+            if cost < best_cost:
+                best, best_cost = k, cost
+        if best == 0 and n:
+            self._declined[key] = self._declined.get(key, 0) + 1
+            if self._declined[key] % recheck_every == 0:
+                return 1
+        return best
+
+    def alone_is_better(self, k: int, lead: CostModel, n_lead: int) -> bool:
+        """In a chain: would this part drafting k tokens alone beat following n_lead tokens of an earlier part
+        (acceptance `lead`) with k - n_lead of its own? Compares the expected time per token of the two rounds."""
+        c, fill = self.cost, max(0, k - n_lead)
+        alone, follow = c.round_cost(k), c.round_cost(fill)
+        if alone is None or follow is None:
+            return False
+        follow += (c.t_verify(n_lead + fill + 1) or 0.0) - (c.t_verify(fill + 1) or 0.0)
+        gained = lead.expected_tokens(n_lead) + lead.all_pass(n_lead) * (c.expected_tokens(fill) - 1)
+        return alone / c.expected_tokens(k) < follow / gained
+
+    def observe(self, n_drafted: int, n_accepted: int | None, draft_s: float, key: object = None) -> None:
+        """This policy's proposer drafted n_drafted tokens in draft_s seconds and n_accepted of them passed (None:
+        the target rejected an earlier proposer's token first, so these were never tested)."""
         if n_drafted:
             self.cost.observe_draft(n_drafted, draft_s)
-            self.cost.observe_acceptance(n_drafted, n_accepted)
+            if n_accepted is not None:
+                if self._probe == "pending":
+                    self._probe = "done"
+                self.cost.observe_acceptance(n_drafted, n_accepted)
+                if key is not None:
+                    self.keyed(key).observe_acceptance(n_drafted, n_accepted)

@@ -108,8 +108,8 @@ def test_fallback_to_plain_when_drafting_costs_more_than_it_saves(tiny_pair):
 
 
 def test_no_fallback_when_speculation_pays(tiny_pair):
-    # memory-bound: a verify of any size costs one step, drafting is nearly free
-    e = engine_with_costs(tiny_pair, lambda m: 1.0, 0.01)
+    # memory-bound: a verify of any size costs one step, a draft step 5% of one (not free: K is chosen up front)
+    e = engine_with_costs(tiny_pair, lambda m: 1.0, 0.05)
     plain = e.generate("Once upon a time", max_tokens=100, speculative=False)
     r = e.generate("Once upon a time", max_tokens=100)
     e.close()
@@ -117,3 +117,29 @@ def test_no_fallback_when_speculation_pays(tiny_pair):
     assert not r.stats.fallbacks and set(r.stats.rounds_by_reason) <= {"warm-up", "cost", "explore"}
     assert r.stats.rounds_by_reason["warm-up"] == 3
     assert max(rec.n_drafted for rec in r.stats.rounds) >= 4
+
+
+def test_hybrid_keeps_looking_up_while_its_draft_model_falls_back(tiny_pair):
+    # compute-bound: a verify row costs half a step, a draft step half a step (the draft model cannot pay), while a
+    # lookup costs nothing: each part follows its own costs, so lookup goes on proposing where the draft is off.
+    from edgespec.backend import Context, Model
+    from edgespec.proposers import DraftModelProposer, HybridProposer, PromptLookupProposer
+
+    t, d = Model(tiny_pair[0]), Model(tiny_pair[1])
+    lookup, draft = PromptLookupProposer(), DraftModelProposer(Context(d, 1024), t.n_vocab)
+    verify = {m: 1.0 + 0.5 * (m - 1) for m in range(1, 18)}
+    lookup_cost, draft_cost = FixedCosts(verify_s=verify, draft_s=0.0), FixedCosts(verify_s=verify, draft_s=0.5)
+    e = edgespec.Engine(Context(t, 1024), HybridProposer(draft, lookup), 8, True, lookup_cost)
+    e.policy(draft).cost = draft_cost
+    reasons, drafted = {}, {}
+    for prompt in REPEATING:
+        plain = e.generate(prompt, max_tokens=60, speculative=False)
+        r = e.generate(prompt, max_tokens=60)
+        assert_identical_or_near_tie(e.model, e.tokenize(prompt), plain.tokens, r.tokens, 8)
+        for src, n in r.stats.drafted_by_source.items():
+            drafted[src] = drafted.get(src, 0) + n
+        for why, n in r.stats.rounds_by_reason.items():
+            reasons[why] = reasons.get(why, 0) + n
+    e.close()
+    assert reasons.get("free+fallback", 0) > 50  # lookup asked every round, the draft model off
+    assert drafted.get("lookup", 0) > 20 and drafted.get("lookup", 0) > drafted.get("draft", 0)

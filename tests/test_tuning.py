@@ -62,16 +62,48 @@ def test_fallback_when_even_the_best_k_loses_to_plain_and_probe_later():
     assert (first.k, first.reason) == (0, "fallback") and "153.8 ms/token" in first.why and "32 rounds" in first.why
     reasons = [d.decide(100) for _ in range(32)]
     assert [r.reason for r in reasons] == ["fallback"] * 31 + ["probe"]
-    assert reasons[-1].k == 4  # a probe drafts enough to learn acceptance beyond position 1
-    assert d.fallbacks == 1
-    d.decide(100)
-    d.new_text()  # a new prompt gets a fresh decision, not the rest of the old wait
-    assert d.decide(100).reason == "fallback" and d.fallbacks == 3
+    assert reasons[-1].k == 1  # a probe drafts the best K: it costs as little as a draft can
+    assert d.decide(100).reason == "probe"  # not carried out yet (in a chain another part may have filled the round)
+    d.observe(1, 0, 0.04)  # rejected
+    # the probe did not change the verdict: wait twice as long, and again after the next one
+    again = d.decide(100)
+    assert again.reason == "fallback" and "64 rounds" in again.why and "1 in a row" in again.why
+    waits = [d.decide(100).reason for _ in range(64)]
+    d.observe(1, 0, 0.04)
+    assert waits == ["fallback"] * 63 + ["probe"] and "128 rounds" in d.decide(100).why
+    assert d.decide(100).reason == "fallback"
+    d.new_text()  # a new text is probed at once (the draft model has just read its prompt) ...
+    assert d.decide(100).reason == "probe"
+    d.observe(1, 0, 0.04)
+    assert "256 rounds" in d.decide(100).why and d.fallbacks == 4  # ... and the backoff carries over
+
+
+def test_a_new_text_weighs_the_last_texts_acceptance_by_half():
+    d = DraftLength(8, adaptive=True, cost=CostModel(prior_weight=2.0, decay=1.0))
+    for _ in range(6):
+        d.observe(1, 0, 0.01)  # six rejections: a_1 = (0 + 0.6 * 2) / (6 + 2) = 0.15
+    assert d.cost.acceptance(0) == pytest.approx(0.15)
+    d.observe(1, 1, 0.01, key="lookup:3")  # counted for its kind and in the whole
+    d.new_text()
+    assert d.cost.acceptance(0) == pytest.approx((0.5 + 1.2) / (3.5 + 2))  # 3.5 rounds' worth, not 7
+    assert d.keyed("lookup:3").reached == [0.5]
+
+
+def test_a_probe_that_pays_ends_the_backoff():
+    c = model({m: 0.1 * (1 + 0.6 * (m - 1)) for m in range(1, 18)}, 0.04, [0.3] * 16)
+    d = DraftLength(8, adaptive=True, cost=c, fallback_rounds=32)
+    for _ in range(33):
+        d.decide(100)
+    d.observe(1, 1, 0.01)
+    c.accepted = [0.95e9] * 16  # the probe found a text the draft suits, and drafted cheaply
+    assert d.decide(100).reason == "cost"
+    c.accepted, c.draft_round_s = [0.3e9] * 16, {}
+    assert "32 rounds" in d.decide(100).why  # a fresh fallback, not a doubled one
 
 
 def test_fallback_near_break_even_is_short():
-    # K=1 at a = 0.6 costs (0.1 * 1.49 + 0) / 1.6 = 0.0931 s/token: 0.93x plain, just short of the 0.92 margin
-    c = model({m: 0.1 * (1 + 0.49 * (m - 1)) for m in range(1, 18)}, 0.0, [0.6] * 16)
+    # K=1 at a = 0.6 costs (0.1 * 1.49 + 0.003) / 1.6 = 0.095 s/token: 0.95x plain, just short of the 0.92 margin
+    c = model({m: 0.1 * (1 + 0.49 * (m - 1)) for m in range(1, 18)}, 0.003, [0.6] * 16)
     d = DraftLength(1, adaptive=True, cost=c, fallback_rounds=32)
     assert "plain decoding for 4 rounds" in d.decide(100).why
 
@@ -99,5 +131,55 @@ def test_warm_up_drafts_probe_k_until_there_is_evidence():
     d.cost.observe_verify(1, 0.1)
     for _ in range(3):
         assert d.decide(100).reason == "warm-up"
-        d.observe(4, 4, 2, 0.04, 0.12)
+        d.observe(4, 2, 0.04)
     assert d.decide(100).reason == "cost"
+
+
+def test_a_free_proposer_is_asked_for_all_it_has_and_never_falls_back():
+    # compute-bound verify, acceptance 0.3 (a draft model would fall back here), but proposing costs 1% of a step
+    c = model({m: 0.1 * (1 + 0.6 * (m - 1)) for m in range(1, 18)}, 0.001, [0.3] * 16)
+    d = DraftLength(8, adaptive=True, cost=c)
+    assert d.free and [d.decide(100).reason for _ in range(40)] == ["free"] * 40 and d.fallbacks == 0
+    assert d.decide(5).k == 5
+    c.draft_s = 0.003  # 3% of a step: not free, so the fallback rules apply
+    assert not d.free and d.decide(100).reason == "fallback"
+    assert not DraftLength(8, adaptive=False, cost=c).free
+
+
+def test_keep_verifies_the_length_that_pays_for_that_kind_of_proposal():
+    # verify of m rows: 1 + 0.5 (m - 1) steps. Kind "long": a = 0.9 everywhere; kind "short": a = 0.3.
+    d = DraftLength(16, adaptive=True, cost=model({m: 1 + 0.5 * (m - 1) for m in range(1, 18)}, 0.0, [0.5] * 16))
+    d.keyed("long").reached, d.keyed("long").accepted = [1e9] * 16, [0.9e9] * 16
+    d.keyed("short").reached, d.keyed("short").accepted = [1e9] * 16, [0.3e9] * 16
+    for m in (d.keyed("long"), d.keyed("short")):
+        m.prior_weight = 1e-9
+    # long: per-token cost (1 + 0.5 k) / sum(0.9^j, j <= k): 0.789, 0.738, 0.727 (k = 3), 0.733, ...
+    costs = {k: (1 + 0.5 * k) / sum(0.9 ** j for j in range(k + 1)) for k in range(0, 17)}
+    assert d.keep(16, "long") == min(costs, key=costs.get) == 3
+    assert d.keep(2, "long") == 2  # only 2 on offer: both worth it
+    # short: one token costs 1.5 for 1.3 expected tokens (1.15 > 1 plain): declined, but every 16th is checked
+    kept = [d.keep(8, "short") for _ in range(32)]
+    assert kept.count(0) == 30 and kept[15] == kept[31] == 1
+    assert d.keep(0, "short") == 0
+
+
+def test_acceptance_is_kept_per_kind_and_together():
+    d = DraftLength(8, adaptive=True, cost=CostModel(prior_weight=1e-9, decay=1.0))
+    d.observe(4, 4, 0.0, key="a")
+    d.observe(4, 0, 0.0, key="b")
+    d.observe(2, None, 0.0, key="b")  # never tested: an earlier part's token failed first
+    assert d.keyed("a").acceptance(0) == pytest.approx(1.0) and d.keyed("b").acceptance(0) == pytest.approx(0.0, abs=1e-6)
+    assert d.cost.acceptance(0) == pytest.approx(0.5) and d.cost.n_observed == 2
+
+
+def test_a_chain_part_drafts_alone_when_that_is_expected_to_be_faster():
+    # memory-bound: any verify up to 8 rows costs one step; the draft model: 0.2 of a step per token, a = 0.8
+    d = DraftLength(8, adaptive=True, cost=model({m: 1.0 for m in range(1, 18)}, 0.2, [0.8] * 16))
+    # drafting 4 alone: (1 + 4 * 0.2) / (1 + .8 + .64 + .512 + .4096) = 0.5355 s/token
+    good, poor = model({1: 1.0}, 0.0, [0.5] * 16), model({1: 1.0}, 0.0, [0.4] * 16)
+    # following 4 free lookup tokens at a = 0.5: 1 / (1 + .5 + .25 + .125 + .0625) = 0.516: follow
+    assert not d.alone_is_better(4, good, 4)
+    # at a = 0.4: 1 / 1.6496 = 0.606: the draft model alone is better
+    assert d.alone_is_better(4, poor, 4)
+    # 2 lookup tokens at a = 0.5, then 2 drafted: (1 + 0.4) / (1.75 + 0.25 * 1.44) = 0.6635: alone is better
+    assert d.alone_is_better(4, good, 2)

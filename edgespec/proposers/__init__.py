@@ -2,6 +2,7 @@
 
 A proposer returns new tokens only (never the context it was given) and, when it sampled them, the distributions
 q it sampled from; q = None means a deterministic proposal (one-hot). It hears back how many were accepted.
+A proposer with `parts` is a chain: the engine runs each part with its own draft-length policy (see engine.py).
 """
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ class Proposal:
     # q itself is None when every row is one-hot.
     q: Sequence[np.ndarray | None] | None = None
     sources: list[str] = field(default_factory=list)  # who proposed each token: "draft", "lookup"
+    # What kind of proposal this is, for acceptance kept apart by kind (a lookup's match length); None: one kind.
+    key: object = None
 
 
 EMPTY = Proposal([])

@@ -1,4 +1,10 @@
-"""Prompt lookup first; the draft model fills what is left of the round's budget."""
+"""Prompt lookup first; the draft model fills what is left of the round.
+
+The engine runs the two as a chain (`parts`), each with its own draft-length policy: lookup, free to ask, offers
+its match and keeps as much as its acceptance for matches of that length pays for; the draft model then fills up to
+the round length its own costs call for (none, where drafting does not pay). propose() here is the same chain
+with a fixed budget, for callers that drive a proposer by hand.
+"""
 from __future__ import annotations
 
 from typing import Sequence
@@ -14,6 +20,7 @@ class HybridProposer:
     def __init__(self, draft, lookup=None) -> None:
         self.draft = draft
         self.lookup = lookup if lookup is not None else PromptLookupProposer()
+        self.parts = (self.lookup, self.draft)
 
     def begin(self, seq: Sequence[int]) -> None:
         self.lookup.begin(seq)

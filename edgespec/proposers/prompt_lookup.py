@@ -37,19 +37,20 @@ class PromptLookupProposer:
             for n in range(self.n_min, min(self.n_max, end) + 1):
                 self._index[tuple(s[end - n:end])] = end
 
-    def match(self, k: int) -> list[int]:
-        """Up to k tokens continuing the longest n-gram suffix seen before."""
+    def match(self, k: int) -> tuple[list[int], int]:
+        """Up to k tokens continuing the longest n-gram suffix seen before, and that n (0: no match)."""
         s = self._seq
         for n in range(min(self.n_max, len(s)), self.n_min - 1, -1):
             end = self._index.get(tuple(s[-n:]))
             if end is not None:
-                return s[end:end + k]
-        return []
+                return s[end:end + k], n
+        return [], 0
 
     def propose(self, seq: Sequence[int], k: int, sampling: SamplingConfig, rng: np.random.Generator) -> Proposal:
         self._extend(seq)
-        tokens = self.match(k) if k > 0 else []
-        return Proposal(tokens, None, ["lookup"] * len(tokens))
+        tokens, n = self.match(k) if k > 0 else ([], 0)
+        # A longer match is a better guess: the engine keeps acceptance per match length.
+        return Proposal(tokens, None, ["lookup"] * len(tokens), key=f"lookup:{n}")
 
     def accepted(self, n_accepted: int) -> None:
         pass
