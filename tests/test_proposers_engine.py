@@ -143,3 +143,33 @@ def test_hybrid_keeps_looking_up_while_its_draft_model_falls_back(tiny_pair):
     e.close()
     assert reasons.get("free+fallback", 0) > 50  # lookup asked every round, the draft model off
     assert drafted.get("lookup", 0) > 20 and drafted.get("lookup", 0) > drafted.get("draft", 0)
+
+
+def test_sampled_first_two_tokens_follow_the_target_with_the_adaptive_chain(tiny_pair):
+    # The hybrid with lengths chosen per round (lookup free and cut by keep(), the draft model filling or drafting
+    # alone): every choice depends only on earlier rounds and the proposal's kind, so sampling stays exact.
+    from edgespec.backend import Context, Model
+    from edgespec.proposers import DraftModelProposer, HybridProposer, PromptLookupProposer
+
+    t, d = Model(tiny_pair[0]), Model(tiny_pair[1])
+    lookup, draft = PromptLookupProposer(), DraftModelProposer(Context(d, 1024), t.n_vocab)
+    verify = {m: 1.0 + 0.05 * (m - 1) for m in range(1, 18)}
+    e = edgespec.Engine(Context(t, 1024), HybridProposer(draft, lookup), 4, True,
+                        FixedCosts(verify_s=verify, draft_s=0.0))
+    e.policy(draft).cost = FixedCosts(verify_s=verify, draft_s=0.05)
+    cfg = dict(temperature=1.0, top_k=5, top_p=1.0, min_p=0.0)
+    prompt = e.tokenize("abc abc abc abc ab")
+    joint = exact_first_two(e.model, prompt, SamplingConfig(**cfg))
+    outcomes = list(joint)
+    counts = np.zeros(len(outcomes))
+    reasons = {}
+    for seed in range(3000):
+        r = e.generate(prompt, max_tokens=6, sampling=SamplingConfig(**cfg, seed=seed))
+        first = tuple(r.tokens[:2])
+        assert first in joint
+        counts[outcomes.index(first)] += 1
+        for why, n in r.stats.rounds_by_reason.items():
+            reasons[why] = reasons.get(why, 0) + n
+    e.close()
+    assert any(why.startswith("free+") for why in reasons)  # lookup free, the draft model by its own costs
+    assert_follows(counts, np.array([joint[o] for o in outcomes]))
