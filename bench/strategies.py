@@ -77,7 +77,7 @@ def main() -> None:
                 t["drafted"] += r.stats.n_drafted
                 t["accepted"] += r.stats.n_accepted
                 t["rounds"] += r.stats.n_rounds
-                t["fallback"] += sum(n for why, n in r.stats.rounds_by_reason.items() if "fallback" in why)
+                t["fallback"] += r.stats.fallback_rounds
                 t["same"] += r.tokens == ref
                 t["prompts"] += 1
             line.append(f"{m} {r.stats.ms_per_token:.0f}")

@@ -189,7 +189,7 @@ def summary(s) -> str:
         by = ", ".join(f"{k} {s.accepted_by_source.get(k, 0)}/{v}" for k, v in s.drafted_by_source.items())
         parts.append(f"acceptance {100 * s.acceptance_rate:.0f}% ({by}), {s.mean_accepted_length:.2f} accepted/round")
     if s.fallbacks:
-        parts.append(f"plain decoding in {s.rounds_by_reason.get('fallback', 0)} rounds (drafting did not pay)")
+        parts.append(f"plain decoding in {s.fallback_rounds} rounds (drafting did not pay)")
     parts.append(f"prompt {s.n_prompt} tokens in {s.prompt_s:.2f} s")
     return ", ".join(parts)
 

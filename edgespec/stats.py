@@ -49,6 +49,12 @@ class GenerationStats:
         self.rounds_by_reason[rec.reason] = self.rounds_by_reason.get(rec.reason, 0) + 1
 
     @property
+    def fallback_rounds(self) -> int:
+        """Rounds decoded plainly because drafting did not pay (in a chain: the part that was off, e.g.
+        "free+fallback" for the hybrid's draft model)."""
+        return sum(n for why, n in self.rounds_by_reason.items() if "fallback" in why.split("+"))
+
+    @property
     def n_rounds(self) -> int:
         return len(self.rounds)
 

@@ -57,25 +57,36 @@ class CostModel:
             self.accepted[i] += i < n_accepted
 
     # estimates --------------------------------------------------------------------------------------------
+    def acceptances(self, n: int) -> list[float]:
+        """a_0 .. a_{n-1}, each shrunk towards the one before it (a_0 towards prior_accept) while its position has
+        little evidence: a position never drafted is assumed as good as the one before it, so longer drafts get
+        tried."""
+        out, prior = [], self.prior_accept
+        for i in range(n):
+            r, a = (self.reached[i], self.accepted[i]) if i < len(self.reached) else (0.0, 0.0)
+            prior = (a + prior * self.prior_weight) / (r + self.prior_weight)
+            out.append(prior)
+        return out
+
     def acceptance(self, i: int) -> float:
-        """a_i, shrunk towards a_{i-1} (towards prior_accept for i = 0) while position i has little evidence:
-        a position never drafted is assumed as good as the one before it, so longer drafts get tried."""
-        prior = self.prior_accept if i == 0 else self.acceptance(i - 1)
-        r, a = (self.reached[i], self.accepted[i]) if i < len(self.reached) else (0.0, 0.0)
-        return (a + prior * self.prior_weight) / (r + self.prior_weight)
+        return self.acceptances(i + 1)[i]
+
+    def expected(self, n: int) -> list[float]:
+        """E[N_k] for k = 0..n: 1 + sum over j <= k of the chance that the first j drafted tokens all pass."""
+        out, chain = [1.0], 1.0
+        for a in self.acceptances(n):
+            chain *= a
+            out.append(out[-1] + chain)
+        return out
 
     def expected_tokens(self, k: int) -> float:
-        total, chain = 1.0, 1.0
-        for i in range(k):
-            chain *= self.acceptance(i)
-            total += chain
-        return total
+        return self.expected(k)[k]
 
     def all_pass(self, k: int) -> float:
         """The chance that all of the first k drafted tokens pass."""
         p = 1.0
-        for i in range(k):
-            p *= self.acceptance(i)
+        for a in self.acceptances(k):
+            p *= a
         return p
 
     def t_verify(self, m: int) -> float | None:
@@ -107,11 +118,12 @@ class CostModel:
 
         Equivalently K grows while the marginal time per marginal token stays below the current time per token.
         """
-        best, best_cost = 1, self.cost_per_token(1)
-        for k in range(2, k_max + 1):
-            c = self.cost_per_token(k)
-            if c is not None and (best_cost is None or c < best_cost):
-                best, best_cost = k, c
+        expected = self.expected(k_max)  # once per decision: this runs every round
+        best, best_cost = 1, None
+        for k in range(1, k_max + 1):
+            c = self.round_cost(k)
+            if c is not None and (best_cost is None or c / expected[k] < best_cost):
+                best, best_cost = k, c / expected[k]
         return best, best_cost
 
 
@@ -241,12 +253,10 @@ class DraftLength:
         per token, k = 0 being a plain step. A kind of proposal judged not worth verifying is still verified one
         token deep every recheck_every-th time, so its estimate can recover when the text changes."""
         c = self.keyed(key)
-        best, best_cost, chain, expected = 0, c.t_verify(1), 1.0, 1.0
+        best, best_cost = 0, c.t_verify(1)
         if best_cost is None:
             return n
-        for k in range(1, n + 1):
-            chain *= c.acceptance(k - 1)
-            expected += chain
+        for k, expected in enumerate(c.expected(n)[1:], 1):
             cost = c.t_verify(k + 1) / expected
             if cost < best_cost:
                 best, best_cost = k, cost

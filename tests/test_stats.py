@@ -26,3 +26,10 @@ def test_acceptance_by_position_and_mean_accepted_length():
 def test_empty_stats_have_no_rates():
     d = GenerationStats().to_dict()
     assert d["acceptance_rate"] is None and d["ms_per_token"] is None and d["accept_by_position"] == []
+
+
+def test_fallback_rounds_count_a_chain_part_that_was_off():
+    s = GenerationStats()
+    for reason in ("fallback", "free+fallback", "free+cost", "probe", "free+fallback"):
+        s.add_round(RoundRecord(0, 0, 1, 0.1, 0.1, reason))
+    assert s.fallback_rounds == 3
