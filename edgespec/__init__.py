@@ -5,14 +5,27 @@
     result = engine.generate("def fib(n):", max_tokens=64)
     result.text, result.stats.tokens_per_s
 """
-from .engine import Engine, GenerationResult, Response
-from .errors import BackendError, ContextOverflowError, EdgespecError, ModelLoadError, PairError
-from .sampling import GREEDY, SamplingConfig
-from .stats import GenerationStats
+from .errors import (BackendError, ContextOverflowError, EdgespecError, InvalidArgument, ModelLoadError, PairError)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Engine", "GenerationResult", "Response", "SamplingConfig", "GREEDY", "GenerationStats",
-    "EdgespecError", "ModelLoadError", "PairError", "ContextOverflowError", "BackendError", "__version__",
+    "EdgespecError", "ModelLoadError", "PairError", "ContextOverflowError", "BackendError", "InvalidArgument",
+    "__version__",
 ]
+
+# The engine (and llama.cpp with it) loads on first use, so `edgespec --help` and the CLI's signal handling
+# start before the heavy imports: Ctrl-C while llama.cpp loads is then an ordinary, handled interrupt.
+_LAZY = {"Engine": "engine", "GenerationResult": "engine", "Response": "engine", "SamplingConfig": "sampling",
+         "GREEDY": "sampling", "GenerationStats": "stats"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'edgespec' has no attribute {name!r}")

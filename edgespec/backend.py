@@ -5,10 +5,14 @@ list and every removal is checked, so callers can reconcile by common prefix ins
 """
 from __future__ import annotations
 
+import _thread
 import collections
 import ctypes
 import os
+import re
+import signal
 import sys
+import threading
 import time
 from typing import Sequence
 
@@ -16,19 +20,27 @@ import numpy as np
 
 import llama_cpp as ll
 
-from .errors import BackendError, ContextOverflowError, ModelLoadError
+from .errors import BackendError, ContextOverflowError, EdgespecError, ModelLoadError
 
 # llama.cpp's log goes through here: kept (for error messages) and printed only when verbose.
-_recent_log: collections.deque[str] = collections.deque(maxlen=50)
+_recent_log: collections.deque[str] = collections.deque(maxlen=200)
+_log_count = 0  # lines logged so far: a call's own lines are those after the count taken before it
 _verbose = False
 
 
 @ll.llama_log_callback
 def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
-    line = text.decode("utf-8", "replace")
-    _recent_log.append(line)
-    if _verbose:
-        sys.stderr.write(line)
+    global _log_count
+    try:
+        line = text.decode("utf-8", "replace")
+        _recent_log.append(line)
+        _log_count += 1
+        if _verbose:
+            sys.stderr.write(line)
+    except KeyboardInterrupt:  # an exception cannot cross into C (ctypes would print it and carry on): re-raise
+        _thread.interrupt_main()  # Ctrl-C once back in Python
+    except Exception:
+        pass
 
 
 ll.llama_log_set(_log_callback, ctypes.c_void_p(0))
@@ -41,17 +53,57 @@ def set_verbose(verbose: bool) -> None:
     _verbose = verbose
 
 
-def _last_error() -> str:
-    for line in reversed(_recent_log):
-        line = line.strip()
-        if line and ("error" in line.lower() or "failed" in line.lower()):
-            return line
-    return "no reason given (run with --verbose to see llama.cpp's log)"
+def _last_error(since: int | None = None) -> str:
+    """The most telling error line llama.cpp logged (since the count `since`, when given): the first one of the
+    failed call says why ("model is corrupted or incomplete"); the later ones only that it failed."""
+    lines = list(_recent_log)
+    if since is not None:
+        lines = lines[max(0, len(lines) - (_log_count - since)):]
+    errors = [ln.strip() for ln in lines if ln.strip() and ("error" in ln.lower() or "failed" in ln.lower())]
+    if not errors:
+        return "no reason given (run with --verbose to see llama.cpp's log)"
+    first = errors[0] if since is not None else errors[-1]
+    return first.split(": ", 1)[1] if first.startswith(("llama_", "gguf_", "ggml_")) and ": " in first else first
+
+
+class _Interruptible:
+    """Ctrl-C during a long C call (loading a model) would be raised inside a ctypes callback, which swallows it:
+    while the call runs, SIGINT only sets a flag, the progress callback asks llama.cpp to stop, and the
+    KeyboardInterrupt is raised once the call has returned."""
+
+    def __init__(self) -> None:
+        self.interrupted = False
+        self._old = None
+
+    def __enter__(self) -> "_Interruptible":
+        if threading.current_thread() is threading.main_thread():
+            self._old = signal.signal(signal.SIGINT, self._flag)
+        return self
+
+    def _flag(self, signum, frame) -> None:
+        self.interrupted = True
+
+    def progress(self, fraction: float, user_data: ctypes.c_void_p) -> bool:
+        return not self.interrupted  # False aborts the load
+
+    def __exit__(self, *exc) -> None:
+        if self._old is not None:
+            signal.signal(signal.SIGINT, self._old)
+        if self.interrupted and exc[0] is None:
+            raise KeyboardInterrupt
 
 
 def default_threads() -> int:
     n = os.cpu_count() or 1
     return n if n <= 4 else n // 2  # beyond 4 logical CPUs, assume SMT: one thread per physical core
+
+
+def builtin_templates() -> list[str]:
+    """The chat template names llama.cpp formats itself (chatml, llama3, gemma, ...)."""
+    n = ll.llama_chat_builtin_templates(None, 0)
+    arr = (ctypes.c_char_p * n)()
+    ll.llama_chat_builtin_templates(arr, n)
+    return [name.decode() for name in arr]
 
 
 def system_info() -> str:
@@ -63,53 +115,90 @@ class Model:
 
     def __init__(self, path: str | os.PathLike, n_gpu_layers: int = 0, vocab_only: bool = False) -> None:
         self.path = os.fspath(path)
-        if not os.path.isfile(self.path):
+        self._ptr = None
+        if os.path.isdir(self.path):
+            raise ModelLoadError(f"{self.path} is a directory, not a model file; name the .gguf file inside it")
+        if not os.path.exists(self.path):
             raise ModelLoadError(f"model file not found: {self.path}")
-        with open(self.path, "rb") as f:
-            if f.read(4) != b"GGUF":
-                raise ModelLoadError(f"not a GGUF model file: {self.path}")
+        try:
+            with open(self.path, "rb") as f:
+                magic = f.read(4)
+        except OSError as e:
+            raise ModelLoadError(f"cannot read model file {self.path}: {e.strerror}") from None
+        if magic != b"GGUF":
+            raise ModelLoadError(f"not a GGUF model file: {self.path} (edgespec loads llama.cpp's .gguf files)")
         params = ll.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
         params.vocab_only = vocab_only  # metadata and vocabulary without the weights: instant, for checks
-        self._ptr = ll.llama_model_load_from_file(self.path.encode(), params)
+        since = _log_count
+        with _Interruptible() as guard:
+            progress = ll.llama_progress_callback(guard.progress)  # kept alive for the call
+            params.progress_callback = progress
+            self._ptr = ll.llama_model_load_from_file(self.path.encode(), params)
+            if not self._ptr and guard.interrupted:
+                return  # KeyboardInterrupt is raised on leaving the block
         if not self._ptr:
-            raise ModelLoadError(f"llama.cpp could not load {self.path}: {_last_error()}")
+            raise ModelLoadError(f"llama.cpp could not load {self.path}: {_last_error(since)}")
         self._vocab = ll.llama_model_get_vocab(self._ptr)
         self.n_vocab: int = ll.llama_vocab_n_tokens(self._vocab)
         self.n_ctx_train: int = ll.llama_model_n_ctx_train(self._ptr)
         self.is_recurrent = bool(ll.llama_model_is_recurrent(self._ptr) or ll.llama_model_is_hybrid(self._ptr))
         self._pieces: dict[int, bytes] = {}
+        self._special: tuple[re.Pattern | None, dict[str, int]] | None = None
+
+    def _open(self):
+        """The vocabulary pointer, or a clear error once the model has been freed (never a dangling pointer)."""
+        if not self._ptr:
+            raise EdgespecError(f"the model {self.path} has been closed; load it again")
+        return self._vocab
+
+    def check_tokens(self, tokens: Sequence[int]) -> None:
+        """Token ids outside the vocabulary make llama.cpp abort the process: refuse them here."""
+        self._open()
+        for t in tokens:
+            if not isinstance(t, (int, np.integer)) or isinstance(t, bool) or not 0 <= t < self.n_vocab:
+                raise EdgespecError(f"token id {t!r} is not in this model's vocabulary (0..{self.n_vocab - 1})")
 
     # vocabulary ------------------------------------------------------------------------------------------
     @property
     def vocab_type(self) -> int:
-        return ll.llama_vocab_type(self._vocab)
+        return ll.llama_vocab_type(self._open())
 
     @property
     def bos(self) -> int:
-        return ll.llama_vocab_bos(self._vocab)
+        return ll.llama_vocab_bos(self._open())
 
     @property
     def eos(self) -> int:
-        return ll.llama_vocab_eos(self._vocab)
+        return ll.llama_vocab_eos(self._open())
 
     @property
     def add_bos(self) -> bool:
-        return bool(ll.llama_vocab_get_add_bos(self._vocab))
+        return bool(ll.llama_vocab_get_add_bos(self._open()))
 
     @property
     def add_eos(self) -> bool:
-        return bool(ll.llama_vocab_get_add_eos(self._vocab))
+        return bool(ll.llama_vocab_get_add_eos(self._open()))
 
     def token_text(self, token: int) -> bytes:
         """The vocabulary entry as stored (what the pair check compares)."""
+        self.check_tokens([token])
         return ll.llama_vocab_get_text(self._vocab, token) or b""
 
     def is_eog(self, token: int) -> bool:
-        return 0 <= token < self.n_vocab and bool(ll.llama_vocab_is_eog(self._vocab, token))
+        return 0 <= token < self.n_vocab and bool(ll.llama_vocab_is_eog(self._open(), token))
 
     def tokenize(self, text: str | bytes, add_special: bool = True, parse_special: bool = True) -> list[int]:
-        data = text.encode("utf-8") if isinstance(text, str) else text
+        """Text -> tokens. parse_special: text such as "<|im_end|>" becomes that control token (for prompts the
+        user writes in the model's own format); False keeps it literal text (for message content)."""
+        self._open()
+        if isinstance(text, str):
+            try:
+                data = text.encode("utf-8")
+            except UnicodeEncodeError:  # lone surrogates: bytes that were not UTF-8 where the text came from
+                raise EdgespecError("the text is not valid UTF-8 (it holds undecodable bytes)") from None
+        else:
+            data = text
         cap = len(data) + 8
         buf = (ll.llama_token * cap)()
         n = ll.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)
@@ -121,11 +210,61 @@ class Model:
             raise BackendError("llama.cpp could not tokenize the prompt")
         return list(buf[:n])
 
+    def tokenize_literal(self, text: str, literal: Sequence[tuple[int, int]], add_special: bool = True) -> list[int]:
+        """Text in which only what lies outside the `literal` (start, end) spans may name control tokens: the chat
+        template's markup is special, the messages' content never is. Gives the same tokens as tokenize() with
+        parse_special wherever the content holds no control-token text (llama.cpp splits at control tokens
+        first and tokenizes the text between them on its own, as is done here)."""
+        pattern, ids = self._special_tokens()
+        cuts: list[tuple[int, int, int]] = []  # (start, end, token id) of control tokens in the markup
+        edges = [0, *[i for span in sorted(literal) for i in span], len(text)]
+        for start, end in zip(edges[::2], edges[1::2]):  # the markup between literal spans
+            if pattern is not None and start < end:
+                cuts += [(m.start(), m.end(), ids[m.group()]) for m in pattern.finditer(text, start, end)]
+        out: list[int] = []
+        pos = 0
+        for start, end, tok in cuts:
+            attr = ll.llama_vocab_get_attr(self._vocab, tok)
+            before = text[pos:start].rstrip() if attr & ll.LLAMA_TOKEN_ATTR_LSTRIP else text[pos:start]
+            if before:
+                out += self.tokenize(before, add_special=False, parse_special=False)
+            out.append(tok)
+            pos = end
+            if attr & ll.LLAMA_TOKEN_ATTR_RSTRIP:
+                while pos < len(text) and text[pos].isspace():
+                    pos += 1
+        if pos < len(text):
+            out += self.tokenize(text[pos:], add_special=False, parse_special=False)
+        if add_special and self.add_bos and (not out or out[0] != self.bos):
+            out.insert(0, self.bos)
+        if add_special and self.add_eos:
+            out.append(self.eos)
+        return out
+
+    def control_pattern(self) -> re.Pattern | None:
+        """A regex matching the text of any control token (None when the vocabulary has none)."""
+        return self._special_tokens()[0]
+
+    def _special_tokens(self) -> tuple[re.Pattern | None, dict[str, int]]:
+        """The control tokens llama.cpp's parse_special recognises in text, longest first (as it matches them)."""
+        if self._special is None:
+            vocab, ids = self._open(), {}
+            wanted = ll.LLAMA_TOKEN_ATTR_CONTROL | ll.LLAMA_TOKEN_ATTR_UNKNOWN
+            for t in range(self.n_vocab):
+                if ll.llama_vocab_get_attr(vocab, t) & wanted:
+                    text = (ll.llama_vocab_get_text(vocab, t) or b"").decode("utf-8", "replace")
+                    if text:
+                        ids.setdefault(text, t)
+            alternatives = sorted(ids, key=len, reverse=True)
+            self._special = (re.compile("|".join(map(re.escape, alternatives))) if ids else None, ids)
+        return self._special
+
     def piece(self, token: int) -> bytes:
         """The bytes a generated token adds to the text (special tokens render as nothing)."""
         cached = self._pieces.get(token)
         if cached is not None:
             return cached
+        self.check_tokens([token])
         buf = ctypes.create_string_buffer(64)
         n = ll.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False)
         if n < 0:
@@ -140,6 +279,7 @@ class Model:
 
     # metadata --------------------------------------------------------------------------------------------
     def meta(self, key: str) -> str | None:
+        self._open()
         buf = ctypes.create_string_buffer(4096)
         n = ll.llama_model_meta_val_str(self._ptr, key.encode(), buf, len(buf))
         if n < 0:
@@ -150,10 +290,12 @@ class Model:
         return buf.value.decode("utf-8", "replace")
 
     def chat_template(self) -> str | None:
+        self._open()
         tmpl = ll.llama_model_chat_template(self._ptr, None)
         return tmpl.decode("utf-8", "replace") if tmpl else None
 
     def describe(self) -> str:
+        self._open()
         buf = ctypes.create_string_buffer(256)
         ll.llama_model_desc(self._ptr, buf, len(buf))
         return buf.value.decode("utf-8", "replace")
@@ -191,6 +333,8 @@ class Context:
 
     def __init__(self, model: Model, n_ctx: int = 4096, n_threads: int | None = None, n_batch: int = 512) -> None:
         self.model = model
+        self._ptr = None
+        model._open()
         threads = n_threads or default_threads()
         params = ll.llama_context_default_params()
         params.n_ctx = n_ctx
@@ -216,6 +360,7 @@ class Context:
 
         Only the rows asked for are computed, which is what makes a batched verify cheap in memory.
         """
+        self._open()
         if len(tokens) > self.room:
             raise ContextOverflowError(
                 f"{len(self.tokens) + len(tokens)} tokens do not fit in the {self.n_ctx}-token context; "
@@ -260,6 +405,7 @@ class Context:
         """Keep the first n tokens of the cache, drop the rest (llama_memory_seq_rm, result checked)."""
         if n >= len(self.tokens):
             return
+        self._open()
         t0 = time.perf_counter()
         ok = ll.llama_memory_seq_rm(self._mem, 0, n, -1)
         self.llama_s += time.perf_counter() - t0
@@ -269,7 +415,12 @@ class Context:
             raise BackendError(f"llama.cpp could not roll back the cache of {self.model.path} to {n} tokens")
         del self.tokens[n:]
 
+    def _open(self) -> None:
+        if not self._ptr:
+            raise EdgespecError(f"the context of {self.model.path} has been closed; load the model again")
+
     def clear(self) -> None:
+        self._open()
         ll.llama_memory_clear(self._mem, True)
         self.tokens.clear()
 

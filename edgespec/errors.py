@@ -19,3 +19,11 @@ class ContextOverflowError(EdgespecError):
 
 class BackendError(EdgespecError):
     """llama.cpp reported a failure while decoding or editing its cache."""
+
+
+class InvalidArgument(EdgespecError, ValueError):
+    """A value passed to the library is out of range or of the wrong type."""
+
+
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP arrived: stop as Ctrl-C would (keeping what was generated), then exit."""

@@ -4,16 +4,32 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from . import default_model
 from .default_model import sha256_of
 from .errors import EdgespecError
 from .presets import ModelRef
 
 
 def cached(ref: ModelRef) -> Path | None:
+    """Where the file already is: huggingface-hub's cache, or (the default model) edgespec's own."""
     from huggingface_hub import try_to_load_from_cache
 
+    if _is_default(ref):
+        local = default_model.cache_dir() / default_model.FILE
+        if local.is_file():
+            return local
     found = try_to_load_from_cache(ref.repo, ref.file)
     return Path(found) if isinstance(found, str) else None
+
+
+def cached_or_download(ref: ModelRef, verify: bool = True) -> Path:
+    if _is_default(ref):
+        return default_model.path()  # from the package index: no hub needed
+    return cached(ref) or download(ref, verify=verify)
+
+
+def _is_default(ref: ModelRef) -> bool:
+    return ref.sha256 == default_model.SHA256
 
 
 def download(ref: ModelRef, *, endpoint: str | None = None, verify: bool = True) -> Path:
@@ -51,8 +67,8 @@ def resolve(spec: str):
         return path, None
     preset = find(spec)
     if preset is not None:
-        return cached(preset.target) or download(preset.target), preset
+        return cached_or_download(preset.target), preset
     ref = parse_repo_file(spec)
     if ref is not None:
-        return cached(ref) or download(ref, verify=False), None
+        return cached_or_download(ref, verify=False), None
     raise EdgespecError(f"model file not found: {spec} (not a file, a preset from `edgespec models`, or REPO:FILE)")

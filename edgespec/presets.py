@@ -2,12 +2,15 @@
 from __future__ import annotations
 
 import json
+from importlib import resources
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import EdgespecError
 
-PRESETS_FILE = Path(__file__).resolve().parent.parent / "models" / "presets.json"
+# models/presets.json in the source tree; pyproject.toml installs it inside the package as edgespec/models/, so a
+# wheel carries it (importlib.resources finds it in either place).
+PRESETS_FILE = resources.files("edgespec.models").joinpath("presets.json")
 
 
 @dataclass(frozen=True)
@@ -35,11 +38,11 @@ def _ref(d: dict | None) -> ModelRef | None:
     return ModelRef(d["repo"], d["file"], d.get("sha256"), d.get("size_mb"))
 
 
-def load_presets(path: Path = PRESETS_FILE) -> list[Preset]:
+def load_presets(path=PRESETS_FILE) -> list[Preset]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError:
-        raise EdgespecError(f"presets file not found: {path}") from None
+        raise EdgespecError(f"presets file not found: {path} (a broken install: reinstall edgespec)") from None
     return [Preset(p["name"], p["description"], p["license"], _ref(p["target"]), _ref(p.get("draft")),
                    bool(p.get("lookup")), p.get("verified", "")) for p in data["presets"]]
 

@@ -6,13 +6,16 @@ fits, the oldest exchanges are dropped (the system prompt stays) and the rest is
 """
 from __future__ import annotations
 
+import os
 import sys
+import time
 from collections import Counter
+from pathlib import Path
 
 import click
 
 from .chat import Conversation
-from .errors import EdgespecError
+from .errors import EdgespecError, Terminated
 from .stats import PHASES
 
 HELP = """commands:
@@ -60,6 +63,7 @@ class Repl:
         self.tty = sys.stdin.isatty()
         self.session = SessionTotals()
         self.last = None  # the last reply's stats
+        self.saved = 0  # turns written by the last /save or read by /load
 
     def say(self, text: str) -> None:
         """Messages about the chat (not the reply): dim on a terminal, stderr when scripted."""
@@ -79,6 +83,9 @@ class Repl:
                 if not self.step():
                     break
                 interrupted = False
+            except Terminated:
+                self.rescue()
+                raise
             except KeyboardInterrupt:  # at the prompt (a reply catches its own): once warns, twice leaves
                 if interrupted:
                     break
@@ -117,12 +124,11 @@ class Repl:
             self.say(HELP)
         elif name == "/stats":
             if self.last is not None:
-                from .cli import summary
-
-                self.say("this reply: " + summary(self.last))
+                self.say("this reply: " + self.last.summary())
             self.say("session: " + self.session.line())
         elif name == "/reset":
             self.conv = Conversation(self.conv.system)
+            self.saved = len(self.conv.turns)
             self.say("conversation cleared")
         elif name == "/system":
             self.conv.system = arg or None
@@ -133,40 +139,55 @@ class Repl:
             elif name == "/save":
                 try:
                     self.conv.save(arg)
+                    self.saved = len(self.conv.turns)
                     self.say(f"saved {len(self.conv.turns)} messages to {arg}")
                 except OSError as e:
-                    self.say(f"cannot write {arg}: {e.strerror}")
+                    self.say(f"cannot write {arg}: {e.strerror or e} (nothing was changed there)")
             else:
                 try:
                     self.conv = Conversation.load(arg)
+                    self.saved = len(self.conv.turns)
                     self.say(f"loaded {len(self.conv.turns)} messages from {arg}")
                 except EdgespecError as e:
-                    self.say(str(e))
+                    self.say(f"{e} (not loaded; the conversation is as it was)")
         else:
             self.say(f"unknown command {name}; /help lists them")
         return True
 
     def prompt_tokens(self) -> list[int] | None:
-        """The conversation in tokens, dropping the oldest exchanges until it and a reply fit the context."""
+        """The conversation in tokens, moving the oldest exchanges out of the model's window until it and a reply
+        fit the context (they stay in the conversation, and in what /save writes)."""
         n_ctx = self.engine.target.n_ctx
         room = min(self.max_tokens, n_ctx // 4)  # keep at least this much for the reply
         tokens = self.engine.tokenize_chat(self.conv.messages(), self.template)
         dropped = 0
-        while len(tokens) + room > n_ctx and self.conv.drop_oldest_exchange():
-            dropped += 1
+        while len(tokens) + room > n_ctx:
+            n = self.conv.drop_oldest_exchange()
+            if not n:
+                break
+            dropped += n
             tokens = self.engine.tokenize_chat(self.conv.messages(), self.template)
         if dropped:
-            self.say(f"(context full: dropped the {dropped} oldest message(s); the rest is read again)")
+            self.say(f"(context full: dropped the oldest {dropped} message(s) from what the model sees; /save still "
+                     "keeps them)")
         if len(tokens) >= n_ctx:
-            self.conv.turns.pop()
-            self.say(f"(that message is {len(tokens)} tokens, more than the {n_ctx}-token context; use --ctx-size)")
+            self.say(f"(that message is {len(tokens)} tokens, more than the {n_ctx}-token context; use --ctx-size; "
+                     "not sent)")
             return None
         return tokens
 
     def reply(self, text: str) -> None:
+        if _not_utf8(text):
+            self.say("(that line is not valid UTF-8 text; not sent)")
+            return
         self.conv.add("user", text)
-        tokens = self.prompt_tokens()
+        try:
+            tokens = self.prompt_tokens()
+        except EdgespecError as e:  # e.g. a template that refuses a system message: say so, stay at the prompt
+            tokens = None
+            self.say(f"error: {e} (not sent)")
         if tokens is None:
+            self.conv.turns.pop()
             return
         out, result = [], None
         try:
@@ -181,10 +202,51 @@ class Repl:
         except KeyboardInterrupt:
             click.echo("")
             self.say("(interrupted; the reply so far is kept)")
+        except Terminated:
+            click.echo("")
+            self.conv.add("assistant", "".join(out))
+            raise
+        except EdgespecError as e:
+            click.echo("")
+            self.say(f"error: {e} (the reply so far is kept)")
         else:
             click.echo("")
             if result.finish_reason == "length" and len(result.tokens) < self.max_tokens:
-                self.say("(the context is full; older messages will be dropped next turn)")
+                self.say("(the context is full; older messages will leave the model's window next turn)")
             self.last = result.stats
             self.session.add(result.stats)
         self.conv.add("assistant", "".join(out))
+
+    def unsaved(self) -> bool:
+        return len(self.conv.turns) > self.saved
+
+    def rescue(self) -> None:
+        """Stopped by a signal (SIGTERM, SIGHUP: the terminal went away): keep what was said since the last /save."""
+        if not self.unsaved():
+            return
+        path = rescue_dir() / f"chat-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.json"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.conv.save(path)
+            message = f"edgespec: the conversation was saved to {path} (/load it to continue)"
+        except OSError as e:
+            message = f"edgespec: could not save the conversation to {path}: {e.strerror or e}"
+        try:
+            click.echo(message, err=True)
+        except OSError:
+            pass  # no terminal left to tell
+
+
+def rescue_dir() -> Path:
+    from .default_model import home
+
+    return home() / "chats"
+
+
+def _not_utf8(text: str) -> bool:
+    """Lines are read with surrogateescape: bytes that were not UTF-8 come through as lone surrogates."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False

@@ -6,9 +6,12 @@ temperature), so a given config means what it means in llama.cpp.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from .errors import InvalidArgument
 
 
 @dataclass(frozen=True)
@@ -22,14 +25,25 @@ class SamplingConfig:
     seed: int | None = None
 
     def __post_init__(self) -> None:
+        for name in ("temperature", "top_p", "min_p"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise InvalidArgument(f"{name} must be a finite number, got {value!r}")
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int):
+            raise InvalidArgument(f"top_k must be an integer, got {self.top_k!r}")
         if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+            raise InvalidArgument(f"temperature must be >= 0, got {self.temperature}")
         if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+            raise InvalidArgument(f"top_k must be >= 0, got {self.top_k}")
         if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+            raise InvalidArgument(f"top_p must be in (0, 1], got {self.top_p}")
         if not 0.0 <= self.min_p <= 1.0:
-            raise ValueError(f"min_p must be in [0, 1], got {self.min_p}")
+            raise InvalidArgument(f"min_p must be in [0, 1], got {self.min_p}")
+        if self.seed is not None:
+            if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < -1:
+                raise InvalidArgument(f"seed must be an integer >= 0 (or -1 for a random one), got {self.seed!r}")
+            if self.seed == -1:  # llama.cpp's convention: -1 is a fresh random seed
+                object.__setattr__(self, "seed", None)
 
     @property
     def greedy(self) -> bool:

@@ -48,6 +48,18 @@ class GenerationStats:
             self.accepted_by_source[src] = self.accepted_by_source.get(src, 0) + (i < rec.n_accepted)
         self.rounds_by_reason[rec.reason] = self.rounds_by_reason.get(rec.reason, 0) + 1
 
+    def summary(self) -> str:
+        """One line for people: speed, acceptance by proposer, plain rounds, prompt."""
+        s = self
+        parts = [f"{s.n_tokens} tokens", f"{s.tokens_per_s or 0:.1f} tok/s", f"{s.ms_per_token or 0:.1f} ms/token"]
+        if s.n_drafted:
+            by = ", ".join(f"{k} {s.accepted_by_source.get(k, 0)}/{v}" for k, v in s.drafted_by_source.items())
+            parts.append(f"acceptance {100 * s.acceptance_rate:.0f}% ({by}), {s.mean_accepted_length:.2f} accepted/round")
+        if s.fallbacks:
+            parts.append(f"plain decoding in {s.fallback_rounds} rounds (drafting did not pay)")
+        parts.append(f"prompt {s.n_prompt} tokens in {s.prompt_s:.2f} s")
+        return ", ".join(parts)
+
     @property
     def fallback_rounds(self) -> int:
         """Rounds decoded plainly because drafting did not pay (in a chain: the part that was off, e.g.

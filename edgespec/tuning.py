@@ -190,14 +190,15 @@ class DraftLength:
         if self._plain_left > 0:
             self._plain_left = 1
 
-    def decide(self, cap: int) -> Decision:
-        """cap: the most tokens this round may draft (context room, max_tokens)."""
-        k_max = min(self.k_max, cap)
+    def decide(self, cap: int, k_max: int | None = None, adaptive: bool | None = None) -> Decision:
+        """cap: the most tokens this round may draft (context room, max_tokens); k_max and adaptive: this call's
+        own limits in place of the policy's (what the policy learned carries on either way)."""
+        k_max = min(self.k_max if k_max is None else k_max, cap)
         if k_max <= 0:
             return Decision(0, "fixed")
-        if not self.adaptive:
+        if not (self.adaptive if adaptive is None else adaptive):
             return Decision(k_max, "fixed")
-        if self.free:
+        if self._costs_nothing():
             return Decision(k_max, "free")
         if self._plain_left > 0:
             self._plain_left -= 1
@@ -236,8 +237,11 @@ class DraftLength:
     @property
     def free(self) -> bool:
         """Proposing costs under free_share of a plain target step (measured): ask for all, keep what pays."""
+        return self.adaptive and self._costs_nothing()
+
+    def _costs_nothing(self) -> bool:
         plain, per = self.cost.t_verify(1), self.cost.draft_s
-        return self.adaptive and plain is not None and per is not None and per < self.free_share * plain
+        return plain is not None and per is not None and per < self.free_share * plain
 
     def keyed(self, key: object) -> CostModel:
         """The acceptance estimates for proposals of this kind (None: all of them together)."""

@@ -23,10 +23,12 @@ def test_conversation_round_trips_through_json(tmp_path):
     assert (d.system, d.turns) == ("be brief", [("user", "héllo"), ("assistant", "hi")])
 
 
-def test_dropping_the_oldest_exchange_keeps_the_system_prompt():
+def test_dropping_the_oldest_exchange_keeps_the_system_prompt_and_the_history():
     c = Conversation("sys", [("user", "a"), ("assistant", "b"), ("user", "c")])
-    assert c.drop_oldest_exchange() and c.turns == [("user", "c")] and c.system == "sys"
+    assert c.drop_oldest_exchange() == 2 and c.messages() == [("system", "sys"), ("user", "c")]
     assert not c.drop_oldest_exchange()
+    # what left the model's window is still part of the conversation, and of what /save writes
+    assert [m["content"] for m in json.loads(c.to_json())["messages"]] == ["sys", "a", "b", "c"]
 
 
 def test_loading_a_broken_file_is_a_clear_error(tmp_path):

@@ -130,9 +130,10 @@ def test_full_context_finishes_with_length(tiny_pair):
     e = edgespec.Engine.load(*tiny_pair, n_ctx=256, draft_max=4)  # llama.cpp pads contexts to 256
     spec = e.generate("Once upon a time", max_tokens=500)
     plain = e.generate("Once upon a time", max_tokens=500, speculative=False)
+    n_prompt = len(e.tokenize("Once upon a time"))
     e.close()
     assert spec.finish_reason == plain.finish_reason == "length"
-    assert spec.tokens == plain.tokens and len(spec.tokens) == 256 - len(e.tokenize("Once upon a time")) + 1
+    assert spec.tokens == plain.tokens and len(spec.tokens) == 256 - n_prompt + 1
 
 
 def test_prompt_longer_than_context_is_a_clear_error(tiny_pair):

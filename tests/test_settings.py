@@ -28,7 +28,7 @@ def test_a_broken_settings_file_is_one_line(tmp_path):
     cfg = tmp_path / "config.toml"
     cfg.write_text("temperature = [")
     r = run("config", env={"EDGESPEC_CONFIG": str(cfg)})
-    assert r.returncode == 1 and r.stderr.startswith("edgespec: error: cannot read settings file")
+    assert r.returncode == 2 and r.stderr.startswith("edgespec: error: cannot read settings file")
     assert r.stderr.count("\n") == 1
 
 
@@ -36,7 +36,7 @@ def test_unknown_setting_is_reported(tmp_path):
     cfg = tmp_path / "config.toml"
     cfg.write_text("temprature = 0.3\n")
     r = run("config", env={"EDGESPEC_CONFIG": str(cfg)})
-    assert r.returncode == 1 and "unknown settings" in r.stderr and "temprature" in r.stderr
+    assert r.returncode == 2 and "unknown settings" in r.stderr and "temprature" in r.stderr
 
 
 def test_models_lists_presets_and_check_shows_both_models(tiny_pair):

@@ -62,6 +62,7 @@ class DraftModelProposer:
 
     def close(self) -> None:
         self.ctx.close()
+        self.ctx.model.close()
 
 
 def _top_probability(logits: np.ndarray) -> float:
