@@ -49,13 +49,13 @@ def main(argv: list[str] | None = None) -> None:
         code = _say_error(" ".join(e.format_message().split()) + hint, EXIT_USAGE)
     except click.ClickException as e:
         code = _say_error(" ".join(e.format_message().split()), e.exit_code)
-    except (KeyboardInterrupt, click.exceptions.Abort):
+    except (KeyboardInterrupt, Interrupted, click.exceptions.Abort):
         code = _say_error("interrupted", EXIT_INTERRUPTED, prefix="edgespec: ")
     except Terminated as e:
         code = _say_error("terminated", e.args[0] if e.args else 143, prefix="edgespec: ")
-    except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as other tools do
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as click does inside a command
         _silence_stdout()
-        code = 141
+        code = EXIT_ERROR
     except EdgespecError as e:
         from .settings import SettingsError
 
@@ -101,7 +101,19 @@ def _fail(message: str, code: int = EXIT_ERROR) -> None:
 SETTABLE_CHAT_OPTIONS = ("system", "chat_format", "no_color")
 
 
-@click.group(epilog=EXAMPLES)
+class Interrupted(BaseException):
+    """Ctrl-C inside a command, carried past click (which would print a blank line and "Aborted!")."""
+
+
+class Group(click.Group):
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise Interrupted from None
+
+
+@click.group(cls=Group, epilog=EXAMPLES)
 @click.version_option(__version__, prog_name="edgespec")
 @click.pass_context
 def cli(ctx) -> None:

@@ -182,7 +182,7 @@ class Engine:
         self._check_open()
         seq = list(self.tokenize(prompt) if isinstance(prompt, str) else prompt)
         if not seq:
-            raise EdgespecError("the prompt is empty")
+            raise EdgespecError("the prompt is empty; give some text to continue (or a chat message)")
         self.model.check_tokens(seq)
         if len(seq) > self.target.n_ctx:
             raise ContextOverflowError(f"the prompt is {len(seq)} tokens but the context holds {self.target.n_ctx}; "

@@ -69,8 +69,17 @@ def perturbed(base: dict[str, np.ndarray], noise: float, seed: int) -> dict[str,
             for k, v in base.items()}
 
 
-def write(path: Path, tensors: dict[str, np.ndarray], eos: int = EOT, rename: dict[int, str] | None = None) -> Path:
-    """Write one model. `eos` picks the end-of-generation token; `rename` changes token texts (pair-check tests)."""
+# A template that refuses a system message, as Gemma- and Mistral-style Jinja templates do (markup llama.cpp does not
+# recognise, so the Jinja itself runs).
+NO_SYSTEM = ("{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+             "{% for message in messages %}{{ '### ' + message['role'] + ': ' + message['content'] + '\n' }}"
+             "{% endfor %}{% if add_generation_prompt %}{{ '### answer: ' }}{% endif %}")
+
+
+def write(path: Path, tensors: dict[str, np.ndarray], eos: int = EOT, rename: dict[int, str] | None = None,
+          chat_template: str | None = CHATML) -> Path:
+    """Write one model. `eos` picks the end-of-generation token; `rename` changes token texts (pair-check tests);
+    chat_template None writes none."""
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_name("edgespec-tiny")
     w.add_context_length(N_CTX)
@@ -91,7 +100,8 @@ def write(path: Path, tensors: dict[str, np.ndarray], eos: int = EOT, rename: di
     w.add_bos_token_id(EOT)
     w.add_eos_token_id(eos)
     w.add_add_bos_token(False)
-    w.add_chat_template(CHATML)
+    if chat_template is not None:
+        w.add_chat_template(chat_template)
     for name, arr in tensors.items():
         w.add_tensor(name, arr)
     w.write_header_to_file()
