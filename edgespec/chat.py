@@ -30,11 +30,17 @@ def render(model: Model, messages: Sequence[tuple[str, str]], template: str | No
     for role, content in messages:
         if not isinstance(role, str) or not isinstance(content, str):
             raise EdgespecError(f"a chat message needs a role and content that are text, got {role!r}: {content!r}")
+        try:
+            role.encode("utf-8"), content.encode("utf-8")
+        except UnicodeEncodeError:  # lone surrogates: bytes that were not UTF-8 where the text came from
+            raise EdgespecError("a chat message is not valid UTF-8 text (it holds undecodable bytes)") from None
     tmpl = template or model.chat_template()
     if not tmpl:
         raise EdgespecError(f"{model.path} has no chat template in its metadata; run without --chat, or give one "
                             "with --chat-format")
     control = model.control_pattern()
+    # NUL too: llama.cpp's built-in templates take C strings, which would end the message there
+    hide_re = re.compile(f"{control.pattern}|\x00" if control is not None else "\x00")
     nonce = secrets.token_hex(4)
     hidden: list[str] = []
 
@@ -42,8 +48,7 @@ def render(model: Model, messages: Sequence[tuple[str, str]], template: str | No
         hidden.append(m.group())
         return f"\ue000{nonce}.{len(hidden) - 1}\ue001"
 
-    if control is not None:
-        messages = [(role, control.sub(hide, content)) for role, content in messages]
+    messages = [(role, hide_re.sub(hide, content)) for role, content in messages]
     # llama.cpp recognises the common templates itself; anything else is rendered as the Jinja it is.
     text = apply_builtin_template(tmpl, messages, add_assistant)
     if text is None:

@@ -73,11 +73,26 @@ def load_config(options: Mapping[str, click.Parameter] | None = None, path: Path
                             "`edgespec generate --help` lists the options")
     ctx = click.Context(click.Command("settings"))
     for key, value in data.items():
+        option = options[key]
         try:
-            data[key] = options[key].type_cast_value(ctx, value)
+            _check_shape(option, value)
+            data[key] = option.type_cast_value(ctx, value)
         except click.BadParameter as e:
             raise SettingsError(f"{path}: {key} = {json.dumps(value, default=str)}: {e.message}") from None
     return data
+
+
+def _check_shape(option: click.Parameter, value: object) -> None:
+    """What TOML may hold for an option: true/false for a flag, a text or a list of texts for a repeatable one,
+    one text or number otherwise."""
+    if getattr(option, "is_flag", False):
+        if not isinstance(value, bool):
+            raise click.BadParameter("expected true or false")
+    elif option.multiple:
+        if not (isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value))):
+            raise click.BadParameter("expected a text or a list of texts")
+    elif isinstance(value, (bool, list, dict)) or not isinstance(value, (str, int, float)):
+        raise click.BadParameter(f"expected one {option.type.name} value")
 
 
 def split_list(value: str) -> list[str]:

@@ -21,20 +21,25 @@ class TextStream:
         """Add a token's bytes; return the text that can be shown now (possibly empty)."""
         if self.stopped:
             return ""
-        start = max(0, len(self.text) - max((len(s) for s in self._stop), default=0))
-        self.text += self._decoder.decode(data)
-        hits = [i for i in (self.text.find(s, start) for s in self._stop) if i >= 0]
-        if hits:
-            self.text = self.text[: min(hits)]
-            self.stopped = True
+        if self._append(self._decoder.decode(data)):
             return self._release(len(self.text))
         return self._release(len(self.text) - self._held_back())
 
     def flush(self) -> str:
         """The end of generation: show whatever was held back (a partial character becomes U+FFFD)."""
         if not self.stopped:
-            self.text += self._decoder.decode(b"", final=True)
+            self._append(self._decoder.decode(b"", final=True))
         return self._release(len(self.text))
+
+    def _append(self, new: str) -> bool:
+        """Add decoded text; True (and the text cut there) when it completes a stop string."""
+        start = max(0, len(self.text) - max((len(s) for s in self._stop), default=0))
+        self.text += new
+        hits = [i for i in (self.text.find(s, start) for s in self._stop) if i >= 0]
+        if hits:
+            self.text = self.text[: min(hits)]
+            self.stopped = True
+        return self.stopped
 
     def _held_back(self) -> int:
         # Longest tail of the text that is a proper prefix of some stop string.

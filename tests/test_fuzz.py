@@ -1,0 +1,158 @@
+"""Property tests (hypothesis) on what users type: any text through tokenize / detokenize, chat rendering and the
+streamed text; any settings file. Nothing raises but a clear EdgespecError, and nothing typed is lost or turned
+into a control token."""
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tiny_models
+from edgespec import EdgespecError
+from edgespec.settings import SettingsError, load_config
+from edgespec.text import TextStream
+
+CONTROL_TEXTS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+# Text as users paste it: any character (no lone surrogates: those are bytes that were not UTF-8, refused apart),
+# with control-token text and the pieces of it mixed in.
+texts = st.lists(st.one_of(st.text(st.characters(blacklist_categories=("Cs",)), max_size=30),
+                           st.sampled_from(CONTROL_TEXTS + ["<|", "|>", "<|im_", "\n", " ", "\x00", "\ufffd"])),
+                 max_size=8).map("".join)
+FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@FUZZ
+@given(texts)
+def test_literal_text_round_trips_through_the_tokenizer(engine, text):
+    model = engine.model
+    tokens = model.tokenize(text, add_special=False, parse_special=False)
+    assert model.detokenize(tokens) == text.encode()
+    assert not any(model.token_text(t).decode() in CONTROL_TEXTS for t in tokens)
+
+
+@FUZZ
+@given(st.lists(st.tuples(st.sampled_from(["user", "assistant"]), texts), min_size=1, max_size=4),
+       st.one_of(st.none(), texts))
+def test_chat_messages_stay_text_whatever_they_hold(engine, turns, system):
+    model = engine.model
+    messages = ([("system", system)] if system else []) + turns
+    tokens = engine.tokenize_chat(messages)
+    control = [t for t in tokens if model.token_text(t).decode() in CONTROL_TEXTS]
+    assert len(control) == 2 * len(messages) + 1  # ChatML's own markup, nothing from the messages
+    shown = model.detokenize(tokens)
+    for _, content in messages:
+        assert content.encode() in shown
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(texts, st.booleans(), st.lists(st.text(min_size=1, max_size=4), max_size=2))
+def test_any_prompt_streams_to_its_result(engine, prompt, chat, stop):
+    if not prompt and not chat:
+        with pytest.raises(EdgespecError, match="the prompt is empty"):
+            engine.generate(prompt, max_tokens=4)
+        return
+    events = list(engine.stream(engine.tokenize(prompt, chat_format=chat), max_tokens=12, stop=stop))
+    result = events[-1].result
+    assert "".join(e.text for e in events) == result.text
+    assert not any(s in result.text for s in stop)
+
+
+def test_text_with_undecodable_bytes_is_a_clear_error(engine):
+    with pytest.raises(EdgespecError, match="not valid UTF-8"):
+        engine.tokenize("caf\udce9")
+    with pytest.raises(EdgespecError, match="not valid UTF-8"):
+        engine.tokenize_chat([("user", "caf\udce9")])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.binary(max_size=6), max_size=20),
+       st.lists(st.text(min_size=1, max_size=5) | st.sampled_from(["\ufffd", "a\ufffd"]), max_size=3))
+def test_streamed_text_is_the_whole_text_cut_at_the_first_stop(chunks, stops):
+    stream = TextStream(stops)
+    shown = "".join(stream.push(c) for c in chunks) + stream.flush()
+    full = b"".join(chunks).decode("utf-8", "replace")
+    cut = min((full.find(s) for s in stops if s in full), default=len(full))
+    assert shown == full[:cut] == stream.text
+    assert not any(s in shown for s in stops)
+
+
+KEYS = ["temperature", "top_k", "top_p", "min_p", "seed", "max_tokens", "ctx_size", "stop", "model", "lookup",
+        "temprature", "draft-max", "no_spec", "system"]
+toml_values = st.one_of(st.integers(-10 ** 12, 10 ** 12), st.floats(allow_nan=True), st.text(max_size=10),
+                        st.booleans(), st.lists(st.text(max_size=5), max_size=3), st.lists(st.integers(), max_size=2))
+
+
+def _toml(value) -> str:
+    import json
+    import math
+
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf") if math.isinf(value) else repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return json.dumps(value) if isinstance(value, str) else str(value)
+
+
+def _options():
+    from edgespec import cli
+
+    return {p.name: p for p in [*cli.generate.params, *cli.chat.params]
+            if p.name in cli.SETTABLE_CHAT_OPTIONS or any(p.name == o.name for o in cli._ENGINE_PARAMS)}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(KEYS), toml_values, max_size=4))
+def test_any_settings_file_loads_or_is_one_clear_error(data):
+    options = _options()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "config.toml"
+        path.write_text("".join(f"{k} = {_toml(v)}\n" for k, v in data.items()), encoding="utf-8")
+        try:
+            loaded = load_config(options, path)
+        except SettingsError as e:
+            assert "\n" not in str(e) and str(path) in str(e)
+            return
+    assert set(loaded) == {k.replace("-", "_") for k in data}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=200))
+def test_any_bytes_as_a_settings_file(raw):
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "config.toml"
+        path.write_bytes(raw)
+        try:
+            load_config(_options(), path)
+        except SettingsError as e:
+            assert "\n" not in str(e)
+
+
+@pytest.mark.realmodel
+@settings(max_examples=60, deadline=None)
+@given(st.text(st.characters(blacklist_categories=("Cs", "Cn", "Cc")) | st.sampled_from("\n\t"), max_size=40)
+       | st.lists(st.sampled_from(CONTROL_TEXTS + ["<|", "|>", "hello ", "\n"]), max_size=6).map("".join))
+def test_smollm_round_trips_and_keeps_messages_literal(text):
+    # Left out: C0 control characters (SmolLM2's vocabulary has no token for 0x04, 0x06, 0x13, 0x14, 0x16, 0x1d,
+    # so llama.cpp drops them) and unassigned code points (its BPE drops a byte of U+40000): limits of the
+    # model's vocabulary, noted in the README.
+    model, engine = _smollm()
+    assert model.detokenize(model.tokenize(text, add_special=False, parse_special=False)) == text.encode()
+    tokens = engine.tokenize_chat([("user", text)])
+    control = {t for t in tokens if model.token_text(t).decode("utf-8", "replace") in CONTROL_TEXTS}
+    assert len([t for t in tokens if t in control]) == 3
+
+
+_SMOLLM = {}
+
+
+def _smollm():
+    if not _SMOLLM:
+        import edgespec
+        from edgespec import default_model
+
+        _SMOLLM["engine"] = edgespec.Engine.load(default_model.path(), n_ctx=512)
+    return _SMOLLM["engine"].model, _SMOLLM["engine"]
