@@ -306,7 +306,10 @@ class Model:
             self._ptr = None
 
     def __del__(self) -> None:
-        self.close()
+        try:
+            self.close()
+        except (AttributeError, TypeError):  # at interpreter exit llama_cpp may be gone already: nothing to free
+            pass
 
 
 def apply_builtin_template(template: str, messages: Sequence[tuple[str, str]], add_assistant: bool) -> str | None:
@@ -446,7 +449,10 @@ class Context:
             self._ptr = None
 
     def __del__(self) -> None:
-        self.close()
+        try:
+            self.close()
+        except (AttributeError, TypeError):  # at interpreter exit llama_cpp may be gone already: nothing to free
+            pass
 
 
 def quantize(src: str | os.PathLike, dst: str | os.PathLike, ftype: str = "Q8_0", threads: int | None = None) -> None:

@@ -131,28 +131,25 @@ def test_any_bytes_as_a_settings_file(raw):
             assert "\n" not in str(e)
 
 
+@pytest.fixture(scope="module")
+def smollm():
+    import edgespec
+    from edgespec import default_model
+
+    with edgespec.Engine.load(default_model.path(), n_ctx=512) as engine:
+        yield engine
+
+
 @pytest.mark.realmodel
 @settings(max_examples=60, deadline=None)
 @given(st.text(st.characters(blacklist_categories=("Cs", "Cn", "Cc")) | st.sampled_from("\n\t"), max_size=40)
        | st.lists(st.sampled_from(CONTROL_TEXTS + ["<|", "|>", "hello ", "\n"]), max_size=6).map("".join))
-def test_smollm_round_trips_and_keeps_messages_literal(text):
+def test_smollm_round_trips_and_keeps_messages_literal(smollm, text):
     # Left out: C0 control characters (SmolLM2's vocabulary has no token for 0x04, 0x06, 0x13, 0x14, 0x16, 0x1d,
     # so llama.cpp drops them) and unassigned code points (its BPE drops a byte of U+40000): limits of the
     # model's vocabulary, noted in the README.
-    model, engine = _smollm()
+    model, engine = smollm.model, smollm
     assert model.detokenize(model.tokenize(text, add_special=False, parse_special=False)) == text.encode()
     tokens = engine.tokenize_chat([("user", text)])
     control = {t for t in tokens if model.token_text(t).decode("utf-8", "replace") in CONTROL_TEXTS}
     assert len([t for t in tokens if t in control]) == 3
-
-
-_SMOLLM = {}
-
-
-def _smollm():
-    if not _SMOLLM:
-        import edgespec
-        from edgespec import default_model
-
-        _SMOLLM["engine"] = edgespec.Engine.load(default_model.path(), n_ctx=512)
-    return _SMOLLM["engine"].model, _SMOLLM["engine"]

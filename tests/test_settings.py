@@ -45,3 +45,48 @@ def test_models_lists_presets_and_check_shows_both_models(tiny_pair):
         assert name in out
     r = run("check", *tiny_pair)
     assert r.returncode == 0 and "vocab size" in r.stdout and "ok: the draft can draft" in r.stdout
+
+
+def test_a_stop_string_with_spaces_from_the_environment_and_a_list_from_the_file(tmp_path, tiny_pair):
+    assert "('end of turn',)" in run("config", env={"EDGESPEC_STOP": "end of turn"}).stdout
+    assert "('a b', '\\n\\n')" in run("config", env={"EDGESPEC_STOP": '["a b", "\\n\\n"]'}).stdout
+    ref = json.loads(run("generate", "-m", tiny_pair[0], "-p", "Hello world", "-n", "40", "-t", "0", "--json").stdout)
+    text = ref["text"]
+    stop = text[10:13]
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f"stop = [{json.dumps(stop)}, \"zz zz\"]\n")
+    for env in ({"EDGESPEC_CONFIG": str(cfg)}, {"EDGESPEC_STOP": json.dumps(["zz zz", stop])}):
+        r = run("generate", "-m", tiny_pair[0], "-p", "Hello world", "-n", "40", "-t", "0", "--json", env=env)
+        assert json.loads(r.stdout)["text"] == text[: text.index(stop)], r.stderr
+
+
+def test_config_names_flags_as_their_source(tmp_path):
+    shown = run("config", "-t", "0.3", "--stop", "a b", env={"EDGESPEC_CONFIG": str(tmp_path / "none.toml")})
+    assert shown.returncode == 2  # a missing EDGESPEC_CONFIG file is an error, not silence
+    shown = run("config", "-t", "0.3", "--stop", "a b").stdout
+    assert "temperature        0.3" in shown and "flag" in shown.split("temperature", 1)[1].splitlines()[0]
+    assert "('a b',)" in shown
+
+
+def test_settings_never_lock_out_the_commands_that_do_not_read_them(tmp_path):
+    cfg = tmp_path / "config.toml"
+    cfg.write_text("temprature = 3\n")
+    r = run("models", env={"EDGESPEC_CONFIG": str(cfg)})
+    assert r.returncode == 0 and "smollm2-135m" in r.stdout
+
+
+def test_the_banner_says_what_drafts(tiny_pair):
+    from edgespec import default_model
+
+    default_model.path()
+    for args, says in ((["--no-spec"], "without speculation"), ([], "with prompt-lookup drafting"),
+                       (["-d", str(default_model.path())], "with a draft model")):
+        r = run("generate", "-p", "hi", "-n", "2", *args)
+        banner = r.stderr.splitlines()[0]
+        assert r.returncode == 0 and says in banner and ("lookup" not in banner or "lookup" in says), r.stderr
+
+
+def test_a_context_llama_cpp_rounds_up_is_said(tiny_pair):
+    r = run("generate", "-m", tiny_pair[0], "-p", "hi", "-n", "2", "-c", "100")
+    assert r.returncode == 0
+    assert "note: the context holds 256 tokens (--ctx-size 100: llama.cpp rounds up" in r.stderr
