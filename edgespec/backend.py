@@ -275,6 +275,7 @@ class Model:
         return out
 
     def detokenize(self, tokens: Sequence[int]) -> bytes:
+        self.check_tokens(tokens)
         return b"".join(self.piece(t) for t in tokens)
 
     # metadata --------------------------------------------------------------------------------------------
