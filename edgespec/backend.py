@@ -20,7 +20,7 @@ import numpy as np
 
 import llama_cpp as ll
 
-from .errors import BackendError, ContextOverflowError, EdgespecError, ModelLoadError
+from .errors import BackendError, ContextOverflowError, EdgespecError, InvalidArgument, ModelLoadError
 
 # llama.cpp's log goes through here: kept (for error messages) and printed only when verbose.
 _recent_log: collections.deque[str] = collections.deque(maxlen=200)
@@ -157,7 +157,7 @@ class Model:
         self._open()
         for t in tokens:
             if not isinstance(t, (int, np.integer)) or isinstance(t, bool) or not 0 <= t < self.n_vocab:
-                raise EdgespecError(f"token id {t!r} is not in this model's vocabulary (0..{self.n_vocab - 1})")
+                raise InvalidArgument(f"token id {t!r} is not in this model's vocabulary (0..{self.n_vocab - 1})")
 
     # vocabulary ------------------------------------------------------------------------------------------
     @property

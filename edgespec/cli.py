@@ -60,9 +60,10 @@ def main(argv: list[str] | None = None) -> None:
         from .settings import SettingsError
 
         code = _say_error(str(e), EXIT_USAGE if isinstance(e, (SettingsError, InvalidArgument)) else EXIT_ERROR)
-    except OSError as e:  # e.g. standard output on a full disk
-        where = f" {e.filename}" if e.filename else " the output"
-        code = _say_error(f"cannot write{where}: {e.strerror or e}", EXIT_ERROR)
+    except OSError as e:  # standard output on a full disk; a cache folder that cannot be made
+        reason = e.strerror or str(e)
+        code = _say_error(f"{e.filename}: {reason}" if e.filename else f"cannot write the output: {reason}",
+                          EXIT_ERROR)
         _silence_stdout()
     except Exception as e:  # a bug of ours: still one line, with what to do about it
         if os.environ.get("EDGESPEC_DEBUG"):
@@ -132,10 +133,15 @@ def cli(ctx) -> None:
 
     if ctx.invoked_subcommand not in ("generate", "chat", "config"):
         return  # the other commands read no settings: a broken file must not lock them out
-    options = {p.name: p for p in [*generate.params, *chat.params]
-               if p.name in SETTABLE_CHAT_OPTIONS or any(p.name == o.name for o in _ENGINE_PARAMS)}
-    config = load_config(options)
+    config = load_config(settable_options())
     ctx.default_map = {"generate": config, "chat": config, "config": config}
+
+
+def settable_options() -> dict[str, click.Parameter]:
+    """What the settings file may set: the engine options and chat's own, by name."""
+    engine = {p.name for p in _ENGINE_PARAMS}
+    return {p.name: p for p in [*generate.params, *chat.params]
+            if p.name in engine or p.name in SETTABLE_CHAT_OPTIONS}
 
 
 class Finite(click.FloatRange):

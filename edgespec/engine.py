@@ -20,7 +20,7 @@ import numpy as np
 
 from . import chat
 from .backend import Context, Model
-from .errors import ContextOverflowError, EdgespecError
+from .errors import ContextOverflowError, EdgespecError, InvalidArgument
 from .pairing import VocabInfo, check_pair
 from .proposers import EMPTY, DraftModelProposer, HybridProposer, PromptLookupProposer, Proposal, Proposer
 from .sampling import GREEDY, SamplingConfig, probabilities
@@ -142,7 +142,7 @@ class Engine:
         "<|im_end|>" in it is that control token (as in llama.cpp's completion); with chat_format the prompt and
         system text are message content, wrapped in the model's chat template and always literal text."""
         if not isinstance(prompt, str) or (system is not None and not isinstance(system, str)):
-            raise EdgespecError("the prompt and the system message must be text (str)")
+            raise InvalidArgument("the prompt and the system message must be text (str)")
         if chat_format:
             return self.tokenize_chat(([("system", system)] if system else []) + [("user", prompt)])
         return self.model.tokenize(prompt)
@@ -188,14 +188,14 @@ class Engine:
             raise ContextOverflowError(f"the prompt is {len(seq)} tokens but the context holds {self.target.n_ctx}; "
                                        "use a larger --ctx-size or a shorter prompt")
         if not isinstance(max_tokens, int) or max_tokens < 0:
-            raise EdgespecError(f"max_tokens must be an integer >= 0, got {max_tokens!r}")
+            raise InvalidArgument(f"max_tokens must be an integer >= 0, got {max_tokens!r}")
         if draft_max is not None and (not isinstance(draft_max, int) or draft_max < 0):
-            raise EdgespecError(f"draft_max must be an integer >= 0, got {draft_max!r}")
+            raise InvalidArgument(f"draft_max must be an integer >= 0, got {draft_max!r}")
         if not isinstance(sampling, SamplingConfig):
-            raise EdgespecError(f"sampling must be an edgespec.SamplingConfig, got {type(sampling).__name__}")
+            raise InvalidArgument(f"sampling must be an edgespec.SamplingConfig, got {type(sampling).__name__}")
         stop = [stop] if isinstance(stop, str) else list(stop)
         if not all(isinstance(s, str) for s in stop):
-            raise EdgespecError("stop must be a string or a list of strings")
+            raise InvalidArgument("stop must be a string or a list of strings")
         proposer = (proposer or self.proposer) if speculative else None
         # Per-call limits apply to this call only; the policy itself (and what it learned) is the engine's.
         plan = [(part, self.policy(part), draft_max, adaptive) for part in (_parts(proposer) if proposer else ())]

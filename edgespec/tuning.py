@@ -139,10 +139,12 @@ def _interpolate(table: dict[int, float], x: int) -> float | None:
     lo = max([k for k in known if k < x], default=None)
     hi = min([k for k in known if k > x], default=None)
     if lo is None:
-        lo, hi = known[0], known[1]
-    elif hi is None:
+        # Below what was measured: a line through two noisy timings can reach zero or below (and a zero plain
+        # step divides by zero later); fewer rows never cost more than the fewest measured, so use that.
+        return table[known[0]]
+    if hi is None:
         lo, hi = known[-2], known[-1]
-    return max(table[lo] + (table[hi] - table[lo]) * (x - lo) / (hi - lo), 0.0)
+    return max(table[lo] + (table[hi] - table[lo]) * (x - lo) / (hi - lo), min(table[lo], table[hi]))
 
 
 @dataclass
@@ -209,7 +211,7 @@ class DraftLength:
             return Decision(self.cost.best_k(k_max)[0], "probe")
         plain = self.cost.t_verify(1)
         k, per_token = self.cost.best_k(k_max)
-        if plain is None or per_token is None or self.cost.n_observed < self.warm_up_rounds:
+        if not plain or per_token is None or self.cost.n_observed < self.warm_up_rounds:
             # First rounds draft probe_k tokens whatever the model says: they measure the draft's cost and the
             # acceptance past position 1, which the estimates need before they can be trusted.
             return Decision(min(k_max, self.probe_k), "warm-up")

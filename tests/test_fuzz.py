@@ -98,10 +98,9 @@ def _toml(value) -> str:
 
 
 def _options():
-    from edgespec import cli
+    from edgespec.cli import settable_options
 
-    return {p.name: p for p in [*cli.generate.params, *cli.chat.params]
-            if p.name in cli.SETTABLE_CHAT_OPTIONS or any(p.name == o.name for o in cli._ENGINE_PARAMS)}
+    return settable_options()
 
 
 @settings(max_examples=300, deadline=None)

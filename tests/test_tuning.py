@@ -53,6 +53,18 @@ def test_unmeasured_batch_sizes_are_interpolated():
     assert c.t_verify(13) == pytest.approx(0.46)  # extrapolated with the last slope
 
 
+def test_extrapolation_never_reaches_zero():
+    """Found by the SmolLM2 soak: two noisy timings whose line crosses zero below them made a plain step cost
+    0 s, and deciding divided by it."""
+    c = CostModel()
+    c.verify_s = {4: 0.02, 6: 0.2}  # steep: the line through them is below zero at m = 1
+    assert c.t_verify(1) == pytest.approx(0.02) and c.t_verify(2) == pytest.approx(0.02)
+    c.verify_s = {4: 0.2, 6: 0.1}  # falling (noise): past the last, never below the smaller of the two
+    assert c.t_verify(16) == pytest.approx(0.1)
+    d = DraftLength(8, adaptive=True, cost=model({4: 0.02, 6: 0.2}, 0.001, [0.9] * 8))
+    assert d.decide(100).k >= 0  # decides, does not divide by zero
+
+
 def test_fallback_when_even_the_best_k_loses_to_plain_and_probe_later():
     # compute-bound: verify of m rows costs m * 60% of a step, draft 40% of a step, acceptance 0.3
     c = model({m: 0.1 * (1 + 0.6 * (m - 1)) for m in range(1, 18)}, 0.04, [0.3] * 16)
