@@ -17,7 +17,6 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-import edgespec
 from edgespec.backend import Context, Model
 from edgespec.engine import Engine
 from edgespec.proposers import DraftModelProposer, HybridProposer, PromptLookupProposer

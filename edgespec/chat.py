@@ -69,7 +69,6 @@ def render(model: Model, messages: Sequence[tuple[str, str]], template: str | No
 
 
 def _render_jinja(model: Model, tmpl: str, messages: Sequence[tuple[str, str]], add_assistant: bool) -> str:
-    import jinja2
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     def raise_exception(message: str) -> None:

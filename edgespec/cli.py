@@ -1,22 +1,16 @@
-"""Command line: parse, build configs, iterate the engine's events, render. No decoding logic lives here.
-
-Exit codes (`main` is the one place that sets them): 0 done; 1 could not do what was asked (a model file, a
-download, the context, writing the output); 2 the command line, the settings file or an EDGESPEC_* variable is
-wrong; 130 stopped by Ctrl-C and 143 by SIGTERM (129: SIGHUP), after printing what was generated. Every failure is
-one line on stderr, never a traceback.
-"""
+"""Command line: parse, build configs, iterate the engine's events, render. No decoding logic lives here; how the
+process ends (exit codes, signals) is exits.py's."""
 from __future__ import annotations
 
 import json
 import math
 import os
-import signal
 import sys
 
 import click
 
 from . import __version__, default_model
-from .errors import EdgespecError, InvalidArgument, Terminated
+from .errors import InvalidArgument, Terminated
 
 EXAMPLES = """
 \b
@@ -28,73 +22,16 @@ Examples:
   edgespec generate -m qwen-1.5b.gguf --lookup -p - < edit-this-code.txt
   edgespec generate -m qwen-1.5b.gguf --no-spec -p "def fib(n):"
 """
-EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
-SIGNAL_EXIT = {signal.SIGTERM: 143, signal.SIGHUP: 129}
 
 
 def main(argv: list[str] | None = None) -> None:
-    """The `edgespec` command: run the CLI and turn whatever stops it into one line and an exit code."""
-    for signum in SIGNAL_EXIT:  # stop as Ctrl-C does: what was generated is printed (and a chat kept)
-        signal.signal(signum, _terminate)
-    for stream in (sys.stdin,):  # bytes that are not UTF-8 arrive as lone surrogates, checked where text is used
-        if hasattr(stream, "reconfigure"):
-            stream.reconfigure(errors="surrogateescape")
-    try:
-        cli.main(args=argv, prog_name="edgespec", standalone_mode=False)
-        code = 0
-    except click.exceptions.Exit as e:
-        code = e.exit_code
-    except click.UsageError as e:
-        hint = f" (see `{e.ctx.command_path} --help`)" if e.ctx is not None else ""
-        code = _say_error(" ".join(e.format_message().split()) + hint, EXIT_USAGE)
-    except click.ClickException as e:
-        code = _say_error(" ".join(e.format_message().split()), e.exit_code)
-    except (KeyboardInterrupt, Interrupted, click.exceptions.Abort):
-        code = _say_error("interrupted", EXIT_INTERRUPTED, prefix="edgespec: ")
-    except Terminated as e:
-        code = _say_error("terminated", e.args[0] if e.args else 143, prefix="edgespec: ")
-    except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as click does inside a command
-        _silence_stdout()
-        code = EXIT_ERROR
-    except EdgespecError as e:
-        from .settings import SettingsError
+    """The `edgespec` command (exits.py turns whatever stops it into one line and an exit code)."""
+    from .exits import run
 
-        code = _say_error(str(e), EXIT_USAGE if isinstance(e, (SettingsError, InvalidArgument)) else EXIT_ERROR)
-    except OSError as e:  # standard output on a full disk; a cache folder that cannot be made
-        reason = e.strerror or str(e)
-        code = _say_error(f"{e.filename}: {reason}" if e.filename else f"cannot write the output: {reason}",
-                          EXIT_ERROR)
-        _silence_stdout()
-    except Exception as e:  # a bug of ours: still one line, with what to do about it
-        if os.environ.get("EDGESPEC_DEBUG"):
-            raise
-        code = _say_error(f"internal error: {type(e).__name__}: {e} (please report it; EDGESPEC_DEBUG=1 shows the "
-                          "traceback)", 70)
-    sys.exit(code)
+    run(cli, argv, Interrupted)
 
 
-def _terminate(signum, frame) -> None:
-    raise Terminated(SIGNAL_EXIT.get(signum, 143))
-
-
-def _say_error(message: str, code: int, prefix: str = "edgespec: error: ") -> int:
-    try:
-        click.echo(prefix + message, err=True)
-    except OSError:
-        pass
-    return code
-
-
-def _silence_stdout() -> None:
-    """After a failed write, Python would fail again flushing stdout at exit: point it at /dev/null."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
-        pass
-
-
-def _fail(message: str, code: int = EXIT_ERROR) -> None:
+def _fail(message: str, code: int = 1) -> None:
     click.echo(f"edgespec: error: {message}", err=True)
     sys.exit(code)
 

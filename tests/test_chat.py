@@ -2,6 +2,7 @@
 import json
 import os
 import pty
+import re
 import select
 import signal
 import subprocess
@@ -160,3 +161,18 @@ def test_piped_chat_context_full_reset_system_and_load(tiny_pair, tmp_path):
     msgs = json.loads(saved.read_text())["messages"]
     assert [m["content"] for m in msgs[:4]] == ["from file", "earlier question", "earlier answer", "next"]
     assert r.stdout.endswith("\n")  # replies on stdout (random-model text: not countable by lines)
+
+
+def test_what_left_the_context_is_still_saved_and_counted_right(tiny_pair, tmp_path):
+    save = tmp_path / "all.json"
+    long = "tell me more about the weather today " * 3
+    script = "\n".join([f"{long} {i}" for i in range(4)] + [f"/save {save}"]) + "\n"
+    r = subprocess.run([sys.executable, "-m", "edgespec", "chat", "-m", str(tiny_pair[0]), "-c", "256", "-n", "60",
+                        "-t", "0"], input=script, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    msgs = json.loads(save.read_text())["messages"]
+    assert [m["content"] for m in msgs if m["role"] == "user"] == [f"{long} {i}" for i in range(4)]
+    assert len(msgs) == 8
+    dropped = [int(n) for n in re.findall(r"dropped the oldest (\d+) message", r.stderr)]
+    assert dropped and all(n % 2 == 0 for n in dropped)  # a user message and its reply, counted as two
+    assert f"saved 8 messages to {save}" in r.stderr

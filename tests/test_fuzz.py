@@ -1,7 +1,6 @@
 """Property tests (hypothesis) on what users type: any text through tokenize / detokenize, chat rendering and the
 streamed text; any settings file. Nothing raises but a clear EdgespecError, and nothing typed is lost or turned
 into a control token."""
-import os
 import tempfile
 from pathlib import Path
 
@@ -9,7 +8,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import tiny_models
 from edgespec import EdgespecError
 from edgespec.settings import SettingsError, load_config
 from edgespec.text import TextStream

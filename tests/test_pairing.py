@@ -1,7 +1,7 @@
 import pytest
 
 import edgespec
-from edgespec.pairing import VocabInfo, check_pair, pair_problem
+from edgespec.pairing import VocabInfo, pair_problem
 import tiny_models
 
 

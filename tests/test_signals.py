@@ -45,7 +45,7 @@ def test_a_signal_during_generate_json_prints_what_was_generated(tiny_pair, sig,
     assert proc.returncode == rc, err
     data = json.loads(out)
     assert data["finish_reason"] == ("interrupted" if sig == signal.SIGINT else "terminated")
-    assert len(data["tokens"]) > 10 and data["text"]
+    assert data["tokens"] and data["text"]  # (hundreds on an idle machine)
     assert b"Traceback" not in err and err.count(b"\n") == 1
 
 
@@ -73,7 +73,7 @@ def test_a_signal_during_chat_saves_the_unsaved_conversation(tiny_pair, tmp_path
     assert len(saved) == 1, err
     msgs = json.loads(saved[0].read_text())["messages"]
     assert msgs[0] == {"role": "user", "content": "first question"}
-    assert msgs[1]["role"] == "assistant" and len(msgs[1]["content"]) > 5  # the partial reply too
+    assert msgs[1]["role"] == "assistant" and msgs[1]["content"]  # the partial reply too
     assert f"saved to {saved[0]}".encode() in err and b"Traceback" not in err
 
 

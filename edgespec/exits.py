@@ -1,0 +1,78 @@
+"""How the edgespec process ends: SIGTERM and SIGHUP become exceptions that stop work as Ctrl-C does, and every
+way a command can stop becomes one line on stderr and a documented exit code, never a traceback.
+
+Exit codes: 0 done; 1 could not do what was asked (a model file, a download, the context, writing the output);
+2 the command line, the settings file or an EDGESPEC_* variable is wrong; 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP
+(after printing what was generated); 70 a bug of ours.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+import click
+
+from .errors import EdgespecError, InvalidArgument, Terminated
+
+EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_BUG = 1, 2, 130, 70
+SIGNAL_EXIT = {signal.SIGTERM: 143, signal.SIGHUP: 129}
+
+
+def run(command: click.Command, argv: list[str] | None, interrupted: type[BaseException]) -> None:
+    """Run a click command (standalone_mode off, so that this function decides every exit) and exit."""
+    for signum in SIGNAL_EXIT:  # stop as Ctrl-C does: what was generated is printed (and a chat kept)
+        signal.signal(signum, _terminate)
+    if hasattr(sys.stdin, "reconfigure"):  # bytes that are not UTF-8 arrive as lone surrogates, checked in use
+        sys.stdin.reconfigure(errors="surrogateescape")
+    try:
+        command.main(args=argv, prog_name="edgespec", standalone_mode=False)
+        code = 0
+    except click.exceptions.Exit as e:
+        code = e.exit_code
+    except click.UsageError as e:
+        hint = f" (see `{e.ctx.command_path} --help`)" if e.ctx is not None else ""
+        code = _say(" ".join(e.format_message().split()) + hint, EXIT_USAGE)
+    except click.ClickException as e:
+        code = _say(" ".join(e.format_message().split()), e.exit_code)
+    except (KeyboardInterrupt, interrupted, click.exceptions.Abort):
+        code = _say("interrupted", EXIT_INTERRUPTED, prefix="edgespec: ")
+    except Terminated as e:
+        code = _say("terminated", e.args[0] if e.args else 143, prefix="edgespec: ")
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as click does inside a command
+        _silence_stdout()
+        code = EXIT_ERROR
+    except EdgespecError as e:
+        from .settings import SettingsError
+
+        code = _say(str(e), EXIT_USAGE if isinstance(e, (SettingsError, InvalidArgument)) else EXIT_ERROR)
+    except OSError as e:  # standard output on a full disk; a cache folder that cannot be made
+        reason = e.strerror or str(e)
+        code = _say(f"{e.filename}: {reason}" if e.filename else f"cannot write the output: {reason}", EXIT_ERROR)
+        _silence_stdout()
+    except Exception as e:  # a bug of ours: still one line, with what to do about it
+        if os.environ.get("EDGESPEC_DEBUG"):
+            raise
+        code = _say(f"internal error: {type(e).__name__}: {e} (please report it; EDGESPEC_DEBUG=1 shows the "
+                    "traceback)", EXIT_BUG)
+    sys.exit(code)
+
+
+def _terminate(signum, frame) -> None:
+    raise Terminated(SIGNAL_EXIT.get(signum, 143))
+
+
+def _say(message: str, code: int, prefix: str = "edgespec: error: ") -> int:
+    try:
+        click.echo(prefix + message, err=True)
+    except OSError:
+        pass
+    return code
+
+
+def _silence_stdout() -> None:
+    """After a failed write, Python would fail again flushing stdout at exit: point it at /dev/null."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
