@@ -224,7 +224,11 @@ def generate(prompt, use_chat, system, as_json, **opts) -> None:
     if system is not None:
         system = _text(system, "--system")
     if system is not None and not use_chat:
-        raise click.UsageError("--system needs --chat (a system message is part of the chat template)")
+        from click.core import ParameterSource
+
+        if click.get_current_context().get_parameter_source("system") == ParameterSource.COMMANDLINE:
+            raise click.UsageError("--system needs --chat (a system message is part of the chat template)")
+        system = None  # a default for chat, from the settings: no part of a raw prompt
     sampling = sampling_of(opts)
     engine = load_engine(opts)
     tokens = engine.tokenize(prompt, chat_format=use_chat, system=system)

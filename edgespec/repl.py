@@ -83,7 +83,7 @@ class Repl:
                 if not self.step():
                     break
                 interrupted = False
-            except Terminated:
+            except (Terminated, Exception):  # a signal, or a bug of ours: keep the conversation, then stop
                 self.rescue()
                 raise
             except KeyboardInterrupt:  # at the prompt (a reply catches its own): once warns, twice leaves
@@ -202,13 +202,13 @@ class Repl:
         except KeyboardInterrupt:
             click.echo("")
             self.say("(interrupted; the reply so far is kept)")
-        except Terminated:
-            click.echo("")
-            self.conv.add("assistant", "".join(out))
-            raise
         except EdgespecError as e:
             click.echo("")
             self.say(f"error: {e} (the reply so far is kept)")
+        except (Terminated, Exception):  # the chat ends: the reply so far goes with what run() saves
+            click.echo("")
+            self.conv.add("assistant", "".join(out))
+            raise
         else:
             click.echo("")
             if result.finish_reason == "length" and len(result.tokens) < self.max_tokens:
@@ -221,7 +221,8 @@ class Repl:
         return len(self.conv.turns) > self.saved
 
     def rescue(self) -> None:
-        """Stopped by a signal (SIGTERM, SIGHUP: the terminal went away): keep what was said since the last /save."""
+        """Stopped by a signal (SIGTERM, SIGHUP: the terminal went away) or an error of ours: keep what was said
+        since the last /save."""
         if not self.unsaved():
             return
         path = rescue_dir() / f"chat-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.json"

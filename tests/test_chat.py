@@ -176,3 +176,44 @@ def test_what_left_the_context_is_still_saved_and_counted_right(tiny_pair, tmp_p
     dropped = [int(n) for n in re.findall(r"dropped the oldest (\d+) message", r.stderr)]
     assert dropped and all(n % 2 == 0 for n in dropped)  # a user message and its reply, counted as two
     assert f"saved 8 messages to {save}" in r.stderr
+
+
+def test_an_unexpected_error_in_a_turn_still_keeps_the_conversation(tmp_path, monkeypatch):
+    """A bug of ours mid-reply ends the chat (exit 70, one line), but what was said is saved first."""
+    import io
+    from types import SimpleNamespace
+
+    from edgespec import GREEDY
+    from edgespec.repl import Repl
+
+    class Broken:
+        target = SimpleNamespace(n_ctx=4096)
+
+        def tokenize_chat(self, messages, template=None):
+            return [1, 2, 3]
+
+        def stream(self, tokens, **kw):
+            yield SimpleNamespace(text="half a rep", from_draft=False, result=None)
+            raise RuntimeError("a bug")
+
+    monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
+    monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n"))
+    repl = Repl(Broken(), GREEDY, 10, (), None, None, False)
+    with pytest.raises(RuntimeError):
+        repl.run()
+    saved = list((tmp_path / "chats").glob("chat-*.json"))
+    assert len(saved) == 1
+    assert json.loads(saved[0].read_text())["messages"] == [{"role": "user", "content": "hello"},
+                                                            {"role": "assistant", "content": "half a rep"}]
+
+
+def test_a_system_prompt_from_the_settings_does_not_break_generate(tiny_pair, tmp_path):
+    cfg = tmp_path / "config.toml"
+    cfg.write_text('system = "Answer briefly."\n')
+    env = {**os.environ, "EDGESPEC_CONFIG": str(cfg)}
+    r = subprocess.run([sys.executable, "-m", "edgespec", "generate", "-m", str(tiny_pair[0]), "-p", "hi", "-n", "3"],
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([sys.executable, "-m", "edgespec", "generate", "-m", str(tiny_pair[0]), "-p", "hi", "-n", "3",
+                        "--system", "x"], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 2 and "--system needs --chat" in r.stderr
