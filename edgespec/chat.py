@@ -41,7 +41,7 @@ def render(model: Model, messages: Sequence[tuple[str, str]], template: str | No
     control = model.control_pattern()
     # NUL too: llama.cpp's built-in templates take C strings, which would end the message there
     hide_re = re.compile(f"{control.pattern}|\x00" if control is not None else "\x00")
-    nonce = secrets.token_hex(4)
+    nonce = str(secrets.randbelow(10 ** 12))  # digits: a template that changes case leaves them be
     hidden: list[str] = []
 
     def hide(m: re.Match) -> str:
