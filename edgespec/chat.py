@@ -20,6 +20,13 @@ def format_messages(model: Model, messages: Sequence[tuple[str, str]], template:
     return render(model, messages, template, add_assistant)[0]
 
 
+def tokenize(model: Model, messages: Sequence[tuple[str, str]], template: str | None = None) -> list[int]:
+    """(role, content) messages in the chat template, as tokens ready for the assistant's reply; only the template's
+    markup may become control tokens, what the messages say stays text."""
+    text, literal = render(model, messages, template)
+    return model.tokenize_literal(text, literal)
+
+
 def render(model: Model, messages: Sequence[tuple[str, str]], template: str | None = None,
            add_assistant: bool = True) -> tuple[str, list[tuple[int, int]]]:
     """The prompt text, and the spans of it that must stay literal text when tokenized: wherever a message's

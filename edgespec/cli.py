@@ -68,10 +68,11 @@ def cli(ctx) -> None:
     """
     from .settings import load_config
 
-    if ctx.invoked_subcommand not in ("generate", "chat", "config"):
+    if ctx.invoked_subcommand not in ("generate", "chat", "serve", "config"):
         return  # the other commands read no settings: a broken file must not lock them out
     config = load_config(settable_options())
-    ctx.default_map = {"generate": config, "chat": config, "config": config}
+    serve_config = {k: v for k, v in config.items() if k not in SETTABLE_CHAT_OPTIONS}
+    ctx.default_map = {"generate": config, "chat": config, "serve": serve_config, "config": config}
 
 
 def settable_options() -> dict[str, click.Parameter]:
@@ -156,10 +157,10 @@ def engine_options(f):
 _ENGINE_PARAMS = engine_options(lambda **kw: None).__click_params__
 
 
-def load_engine(opts: dict):
-    """The engine the shared options describe (the default model with prompt lookup when none is named)."""
+def choose_models(opts: dict) -> tuple[str, str | None, bool, bool]:
+    """(target path, draft path or None, prompt lookup, the default model?) from the shared options: the default
+    model with prompt lookup when none is named; a preset brings its own draft and drafting."""
     from . import backend
-    from .engine import Engine
     from .hub import cached_or_download, resolve
 
     backend.set_verbose(opts["verbose"])
@@ -171,12 +172,20 @@ def load_engine(opts: dict):
         lookup = lookup or not draft
     else:
         model, preset = resolve(model)
-        if preset is not None and draft is None and spec:  # a preset brings its own drafting
+        if preset is not None and draft is None and spec:
             draft = preset.draft and cached_or_download(preset.draft)
             lookup = lookup or preset.lookup
     if draft is not None and spec:
         draft = resolve(str(draft))[0]
-    engine = Engine.load(model, draft if spec else None, lookup=lookup and spec, n_ctx=opts["ctx_size"],
+    return str(model), (str(draft) if draft and spec else None), bool(lookup and spec), default
+
+
+def load_engine(opts: dict):
+    """The engine the shared options describe."""
+    from .engine import Engine
+
+    model, draft, lookup, default = choose_models(opts)
+    engine = Engine.load(model, draft, lookup=lookup, n_ctx=opts["ctx_size"],
                          n_threads=opts["threads"], n_gpu_layers=opts["gpu_layers"],
                          draft_n_ctx=opts["draft_ctx_size"], draft_n_gpu_layers=opts["draft_gpu_layers"],
                          draft_n_threads=opts["draft_threads"], draft_p_min=opts["draft_p_min"],
@@ -184,10 +193,14 @@ def load_engine(opts: dict):
     if default:
         click.echo(f"edgespec: using the default model, {default_model.NAME}, {engine.drafting}; for a bigger one "
                    "pass --model (a file, a preset from `edgespec models`, or REPO:FILE)", err=True)
-    if engine.target.n_ctx != opts["ctx_size"]:
-        click.echo(f"edgespec: note: the context holds {engine.target.n_ctx} tokens (--ctx-size "
-                   f"{opts['ctx_size']}: llama.cpp rounds up to a multiple of 256)", err=True)
+    _note_context(engine.target.n_ctx, opts["ctx_size"])
     return engine
+
+
+def _note_context(got: int, asked: int) -> None:
+    if got != asked:
+        click.echo(f"edgespec: note: the context holds {got} tokens (--ctx-size {asked}: llama.cpp rounds up to a "
+                   "multiple of 256)", err=True)
 
 
 def sampling_of(opts: dict):
@@ -306,6 +319,40 @@ def chat(system, chat_format, no_color, **opts) -> None:
     color = not no_color and sys.stdout.isatty()
     Repl(engine, sampling, 1024 if opts["max_tokens"] is None else opts["max_tokens"], opts["stop"], system,
          template, color).run()
+
+
+@cli.command()
+@engine_options
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (0.0.0.0: every one).")
+@click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--parallel", "-np", default=4, show_default=True, type=click.IntRange(1, 64),
+              help="Sequences served at once (continuous batching); more requests wait in line.")
+@click.option("--api-key", envvar="EDGESPEC_API_KEY", help="Require Authorization: Bearer KEY.")
+def serve(host, port, parallel, api_key, **opts) -> None:
+    """An OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, /v1/models, /health, /metrics).
+
+    \b
+    Each request may ask for "speculative": {"mode": "auto"|"off"|"draft"|"lookup"|"hybrid", "draft_max": K};
+    auto drafts where the measured costs say the whole batch gets faster for it. Ctrl-C or SIGTERM stops it:
+    running requests get their final chunk, exit 0.
+    """
+    from .batch import BatchEngine
+    from .server import ServerState, serve as run_server
+
+    model, draft, lookup, _ = choose_models(opts)
+    state = ServerState(model_id=os.path.basename(model), defaults=sampling_of(opts), api_key=api_key)
+
+    def load():
+        return BatchEngine(model, draft, parallel=parallel, n_ctx=opts["ctx_size"], n_threads=opts["threads"],
+                           n_gpu_layers=opts["gpu_layers"], draft_n_gpu_layers=opts["draft_gpu_layers"],
+                           draft_n_threads=opts["draft_threads"], lookup=lookup, draft_max=opts["draft_max"])
+
+    def ready(engine):
+        _note_context(engine.target.n_ctx, opts["ctx_size"])
+        click.echo(f"edgespec: serving {state.model_id} on http://{host}:{port}/v1 ({parallel} sequences; "
+                   f"speculation {engine.auto}); Ctrl-C stops", err=True)
+
+    run_server(state, load, host, port, ready)
 
 
 @cli.command("config")

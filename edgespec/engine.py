@@ -150,8 +150,7 @@ class Engine:
     def tokenize_chat(self, messages: Sequence[tuple[str, str]], template: str | None = None) -> list[int]:
         """(role, content) messages in the model's chat template (or the given one), ready for the assistant.
         Only the template's markup may become control tokens; what the messages say stays text."""
-        text, literal = chat.render(self.model, messages, template)
-        return self.model.tokenize_literal(text, literal)
+        return chat.tokenize(self.model, messages, template)
 
     # generation -------------------------------------------------------------------------------------------
     def generate(self, prompt: str | Sequence[int], **kwargs) -> GenerationResult:

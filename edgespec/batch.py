@@ -1,0 +1,456 @@
+"""Many generations at once on one target (and one draft) context: continuous batching, with speculation chosen per
+sequence and per step by measured cost. The engine under `edgespec serve`; usable without HTTP.
+
+Each step: (1) every active sequence gets a draft length K, or none: its request's own (a fixed mode), or (auto)
+the K that most raises the whole batch's tokens per second, from the measured cost of a target decode of m rows
+and each proposer's acceptance, so drafting fades as the batch fills and returns when it empties; (2) prompt lookup
+proposes for free, the draft model drafts for all drafting sequences together, one decode per draft position;
+(3) **one** target decode holds every sequence's rows (1 when plain, K+1 when it speculates); (4) each sequence
+verifies its own rows (greedy, or rejection sampling with its own rng) and rolls back its own cache cells. Requests
+join and leave between steps; a free sequence slot whose cache shares the longest prefix with a new prompt is
+reused.
+"""
+from __future__ import annotations
+
+import collections
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from .backend import Model, SeqContext
+from .errors import ContextOverflowError, EdgespecError, InvalidArgument
+from .pairing import VocabInfo, check_pair
+from .proposers import PromptLookupProposer
+from .sampling import GREEDY, SamplingConfig, probabilities, sample
+from .stats import GenerationStats, RoundRecord
+from .text import TextStream
+from .tuning import CostModel
+from .verify import verify_greedy, verify_sampled
+
+MODES = ("auto", "off", "draft", "lookup", "hybrid")
+MARGIN = 0.92  # speculate only where the batch is expected at least 8% faster for it
+PROBE_EVERY = 32  # a sequence the rule keeps plain still drafts 2 tokens this often, so acceptance stays known
+
+
+class QueueFull(EdgespecError):
+    """Every sequence is busy and the waiting line is full."""
+
+
+@dataclass
+class Request:
+    prompt: list[int]
+    max_tokens: int = 256
+    sampling: SamplingConfig = GREEDY
+    stop: Sequence[str] = ()
+    mode: str = "auto"  # auto: the server's measured choice; off; or a proposer at a fixed draft_max
+    draft_max: int | None = None
+    logprobs: int | None = None  # None: none; n >= 0: the chosen token's log-probability and the n most likely
+    on_event: Callable[["Event"], None] | None = None  # called from the scheduler thread
+
+
+@dataclass
+class Event:
+    """A token (with its text, and log-probabilities when asked), or the end: finish_reason, stats, error."""
+
+    text: str
+    token: int | None = None
+    logprob: float | None = None
+    top: list[tuple[int, float]] | None = None
+    from_draft: bool = False
+    finish_reason: str | None = None
+    stats: GenerationStats | None = None
+    error: str | None = None
+
+
+class Generation:
+    """One request's state while it is served: its sequence slot, tokens, text, rng, proposers and stats."""
+
+    def __init__(self, req: Request, slot: int) -> None:
+        self.req, self.slot = req, slot
+        self.seq = list(req.prompt)
+        self.out: list[int] = []
+        self.text = TextStream(req.stop)
+        self.rng = np.random.default_rng(req.sampling.seed)
+        self.stats = GenerationStats(n_prompt=len(req.prompt))
+        self.lookup = PromptLookupProposer()
+        self.lookup.begin(self.seq)
+        self.kind = "off"  # the proposer this step: "draft", "lookup" or "off"
+        self.k = 0
+        self.reason = "off"
+        self.proposal: list[int] = []
+        self.q: list[np.ndarray | None] = []
+        self.plain_steps = 0
+        self.finish: str | None = None
+        self.started = time.perf_counter()
+
+
+class Handle:
+    """What submit() returns: cancel() frees the request's sequence at the next step (a client went away)."""
+
+    def __init__(self, engine: "BatchEngine", req: Request) -> None:
+        self._engine, self.req = engine, req
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        self._engine._wake()
+
+
+class BatchEngine:
+    def __init__(self, target: str, draft: str | None = None, *, parallel: int = 4, n_ctx: int = 4096,
+                 n_threads: int | None = None, n_gpu_layers: int = 0, draft_n_gpu_layers: int | None = None,
+                 draft_n_threads: int | None = None, lookup: bool = False, draft_max: int = 8,
+                 max_queue: int | None = None) -> None:
+        if parallel < 1:
+            raise InvalidArgument(f"parallel must be at least 1, got {parallel}")
+        self.model = Model(target, n_gpu_layers)
+        self.parallel, self.draft_max = parallel, draft_max
+        n_batch = max(512, parallel * (draft_max + 1))
+        self.target = SeqContext(self.model, n_ctx, parallel, n_threads, n_batch)
+        self.draft: SeqContext | None = None
+        if draft is not None:
+            dm = Model(draft, n_gpu_layers if draft_n_gpu_layers is None else draft_n_gpu_layers)
+            check_pair(VocabInfo.of(self.model), VocabInfo.of(dm))
+            self.draft = SeqContext(dm, n_ctx, parallel, draft_n_threads or n_threads, n_batch)
+        if self.model.is_recurrent:
+            raise EdgespecError("speculative decoding needs a target whose KV cache can be rolled back")
+        self.auto = "hybrid" if draft and lookup else "draft" if draft else "lookup" if lookup else "off"
+        self.max_queue = 4 * parallel if max_queue is None else max_queue
+        self.cost = CostModel()  # verify_s: seconds of a target decode of m rows, whatever sequences they belong to
+        self.accept = {"draft": CostModel(), "lookup": CostModel()}  # acceptance by proposer, fed by every sequence
+        self.draft_step_s: float | None = None  # one draft decode (all drafting sequences' rows)
+        self.metrics: collections.Counter = collections.Counter()
+        self._queue: collections.deque[Handle] = collections.deque()
+        self._active: list[tuple[Handle, Generation]] = []
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._finish_all: str | None = None
+        self.calibrate()
+
+    # requests -----------------------------------------------------------------------------------------------
+    def modes(self) -> list[str]:
+        return ["auto", "off", "lookup"] + (["draft", "hybrid"] if self.draft else [])
+
+    def check(self, req: Request) -> None:
+        """Refuse a request that cannot be served, before it is queued."""
+        if req.mode not in self.modes():
+            raise InvalidArgument(f"unknown speculative mode {req.mode!r}; this server offers {', '.join(self.modes())}")
+        if not req.prompt:
+            raise InvalidArgument("the prompt is empty")
+        self.model.check_tokens(req.prompt)
+        if len(req.prompt) > self.target.n_ctx:
+            raise ContextOverflowError(f"the prompt is {len(req.prompt)} tokens but a sequence holds "
+                                       f"{self.target.n_ctx}")
+        if req.draft_max is not None and not 0 <= req.draft_max <= 32:
+            raise InvalidArgument(f"draft_max must be between 0 and 32, got {req.draft_max}")
+
+    def submit(self, req: Request) -> Handle:
+        self.check(req)
+        handle = Handle(self, req)
+        with self._cond:
+            if self._stopping:
+                raise QueueFull("the server is shutting down")
+            if len(self._queue) >= self.max_queue and len(self._active) >= self.parallel:
+                raise QueueFull(f"all {self.parallel} sequences are busy and {len(self._queue)} requests wait")
+            self._queue.append(handle)
+            self.metrics["requests"] += 1
+            self._cond.notify_all()
+        return handle
+
+    def generate(self, req: Request) -> tuple[list[Event], Event]:
+        """Serve one request to the end from this thread (when no scheduler thread runs): its events, the last."""
+        events: list[Event] = []
+        req.on_event = events.append
+        self.submit(req)
+        while not events or events[-1].finish_reason is None:
+            self.step()
+        return events[:-1], events[-1]
+
+    @property
+    def n_active(self) -> int:
+        return len(self._active)
+
+    @property
+    def n_queued(self) -> int:
+        return len(self._queue)
+
+    # the scheduler ------------------------------------------------------------------------------------------
+    def run(self) -> None:
+        """Step until stop(): the scheduler thread of a server."""
+        while True:
+            with self._cond:
+                while not self._stopping and not self._queue and not self._active:
+                    self._cond.wait()
+                if self._stopping and not self._active and not self._queue:
+                    return
+            try:
+                self.step()
+            except Exception as e:  # one failed step ends the requests in it, not the server
+                for handle, g in list(self._active):
+                    self._end(handle, g, "error", error=f"{type(e).__name__}: {e}")
+
+    def stop(self, finish_reason: str = "length") -> None:
+        """End every request now (each gets its final event) and let run() return."""
+        with self._cond:
+            self._stopping = True
+            self._finish_all = finish_reason
+            self._cond.notify_all()
+
+    def _wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    def step(self) -> bool:
+        """One step of every active sequence; False when there was nothing to do."""
+        self._admit()
+        if self._finish_all:
+            for handle, g in list(self._active):
+                self._end(handle, g, self._finish_all)
+            while self._queue:
+                handle = self._queue.popleft()
+                self._emit(handle, Event("", finish_reason=self._finish_all, stats=GenerationStats()))
+            return False
+        for handle, g in list(self._active):
+            if handle.cancelled:
+                self._end(handle, g, "cancelled", free=True)
+        live = [(h, g) for h, g in self._active]
+        if not live:
+            return False
+        t0 = time.perf_counter()
+        llama0 = self.target.llama_s + (self.draft.llama_s if self.draft else 0.0)
+        gens = [g for _, g in live]
+        self._decide(gens)
+        t1 = time.perf_counter()
+        self._propose(gens)
+        t2 = time.perf_counter()
+        items = [(g.slot, [g.seq[-1], *g.proposal], range(1 + len(g.proposal))) for g in gens]
+        rows = sum(len(tokens) for _, tokens, _ in items)
+        logits = self.target.decode(items)
+        t3 = time.perf_counter()
+        self.cost.observe_verify(rows, t3 - t2)
+        self.metrics["steps"] += 1
+        self.metrics["batch_rows"] += rows
+        self.metrics["last_batch_rows"] = rows
+        llama = self.target.llama_s + (self.draft.llama_s if self.draft else 0.0) - llama0
+        for (handle, g), rows_logits in zip(live, logits):
+            self._accept(handle, g, rows_logits, time.perf_counter() - t0, llama, t1 - t0 + (t2 - t1), t3 - t2)
+        return True
+
+    def _admit(self) -> None:
+        with self._cond:
+            while self._queue and len(self._active) < self.parallel:
+                handle = self._queue.popleft()
+                if handle.cancelled:
+                    continue
+                slot = self._slot_for(handle.req.prompt)
+                self._active.append((handle, Generation(handle.req, slot)))
+                self._prefill(self._active[-1][1])
+
+    def _slot_for(self, prompt: list[int]) -> int:
+        """The free slot whose cache shares the longest prefix with the prompt (same system prompt, next turn)."""
+        busy = {g.slot for _, g in self._active}
+        free = [s for s in range(self.parallel) if s not in busy]
+        return max(free, key=lambda s: self.target.common_prefix(s, prompt))
+
+    def _prefill(self, g: Generation) -> None:
+        t0 = time.perf_counter()
+        keep = min(self.target.common_prefix(g.slot, g.seq), len(g.seq) - 1)
+        self.target.truncate(g.slot, keep)
+        todo = g.seq[keep:-1]  # seq[-1] is decoded by the first step, with the drafts
+        if todo:
+            self.target.decode([(g.slot, todo, ())])
+        g.stats.n_prompt_evaluated = len(todo)
+        g.stats.prompt_s = time.perf_counter() - t0
+        self.metrics["prompt_tokens"] += len(g.seq)
+
+    # drafting -----------------------------------------------------------------------------------------------
+    def _decide(self, gens: list[Generation]) -> None:
+        """Each sequence's proposer and K for this step."""
+        rows, tokens, draft_steps = len(gens), float(len(gens)), 0
+        for g in gens:
+            cap = min(self.target.room(g.slot) - 1, g.req.max_tokens - len(g.out) - 1)
+            mode = self.auto if g.req.mode == "auto" else g.req.mode
+            g.kind = "off" if mode == "off" or cap <= 0 else "lookup" if mode == "lookup" else "draft"
+            if mode == "hybrid" and g.lookup.propose(g.seq, 1, g.req.sampling, g.rng).tokens:
+                g.kind = "lookup"  # the text repeats: copy it for free, else the draft model
+            if g.kind == "draft":
+                cap = min(cap, self.draft.n_ctx - len(g.seq) + 1)  # seq and k-1 drafts in the draft's cells
+            k_max = min(self.draft_max if g.req.draft_max is None else g.req.draft_max, cap)
+            if g.kind == "off" or k_max <= 0:
+                g.kind, g.k, g.reason = "off", 0, "off" if mode == "off" else "full"
+                continue
+            if g.req.mode != "auto":
+                g.k, g.reason = k_max, "fixed"
+            else:
+                g.k, g.reason = self._best_k(g, k_max, rows, tokens, draft_steps)
+            if g.k:
+                acc = self.accept[g.kind].expected(g.k)[g.k]
+                rows, tokens = rows + g.k, tokens + acc - 1
+                if g.kind == "draft":
+                    draft_steps = max(draft_steps, g.k)
+            else:
+                g.kind = "off"
+
+    def _best_k(self, g: Generation, k_max: int, rows: int, tokens: float, draft_steps: int) -> tuple[int, str]:
+        """The K that most raises the batch's expected tokens per second, given the rows already in this step."""
+        acc = self.accept[g.kind]
+        step_s = self.draft_step_s if g.kind == "draft" else 0.0
+        if acc.n_observed < 3 or step_s is None:
+            return min(k_max, 4), "warm-up"
+        expected = acc.expected(k_max)
+        plain = tokens / (self.cost.t_verify(rows) + draft_steps * step_s)
+        best, best_rate = 0, plain / MARGIN
+        for k in range(1, k_max + 1):
+            steps = max(draft_steps, k) if g.kind == "draft" else draft_steps
+            rate = (tokens + expected[k] - 1) / (self.cost.t_verify(rows + k) + steps * step_s)
+            if rate > best_rate:
+                best, best_rate = k, rate
+        if best:
+            g.plain_steps = 0
+            return best, "cost"
+        g.plain_steps += 1
+        if g.plain_steps % PROBE_EVERY == 0:
+            return min(2, k_max), "probe"
+        return 0, "plain"
+
+    def _propose(self, gens: list[Generation]) -> None:
+        drafting = []
+        for g in gens:
+            g.proposal, g.q = [], []
+            if g.kind == "lookup":
+                g.proposal = g.lookup.propose(g.seq, g.k, g.req.sampling, g.rng).tokens
+            elif g.kind == "draft":
+                drafting.append(g)
+        if not drafting:
+            return
+        # Catch each draft sequence up to seq (its last token's logits start the draft), all in one decode.
+        items = []
+        for g in drafting:
+            keep = min(self.draft.common_prefix(g.slot, g.seq), len(g.seq) - 1)
+            self.draft.truncate(g.slot, keep)
+            items.append((g.slot, g.seq[keep:], [len(g.seq) - keep - 1]))
+        logits = [rows[0] for rows in self.draft.decode(items)]
+        while drafting:
+            still, nxt = [], []
+            for g, row in zip(drafting, logits):
+                if g.req.sampling.greedy:
+                    tok = int(np.argmax(row))
+                else:
+                    q = probabilities(row, g.req.sampling)
+                    tok = sample(q, g.rng)
+                    g.q.append(_fit(q, self.model.n_vocab))
+                g.proposal.append(tok)
+                if len(g.proposal) < g.k and not self.model.is_eog(tok):
+                    still.append(g)
+                    nxt.append((g.slot, [tok], [0]))
+            drafting = still
+            if nxt:
+                t0 = time.perf_counter()
+                logits = [rows[0] for rows in self.draft.decode(nxt)]
+                dt = time.perf_counter() - t0
+                self.draft_step_s = dt if self.draft_step_s is None else self.draft_step_s + 0.2 * (dt - self.draft_step_s)
+
+    # verification -------------------------------------------------------------------------------------------
+    def _accept(self, handle: Handle, g: Generation, logits: np.ndarray, seconds: float, llama: float,
+                draft_s: float, verify_s: float) -> None:
+        sampling, prop = g.req.sampling, g.proposal
+        if sampling.greedy:
+            n, nxt = verify_greedy(logits.argmax(axis=1), prop)
+        else:
+            p = np.stack([probabilities(row, sampling) for row in logits])
+            n, nxt = verify_sampled(p, g.q if g.q else None, prop, g.rng)
+        self.target.truncate(g.slot, len(g.seq) + n)  # seq[:-1] + seq[-1] + the accepted drafts
+        if prop:
+            self.accept[g.kind].observe_acceptance(len(prop), n)
+            self.metrics[f"drafted_{g.kind}"] += len(prop)
+            self.metrics[f"accepted_{g.kind}"] += n
+            self.metrics["rounds_speculative"] += 1
+        else:
+            self.metrics["rounds_plain"] += 1
+        self.metrics[f"rounds_reason_{g.reason}"] += 1
+        emitted = 0
+        for j, tok in enumerate([*prop[:n], nxt]):
+            if self.model.is_eog(tok):
+                g.finish = "stop"
+                break
+            g.out.append(tok)
+            g.seq.append(tok)
+            emitted += 1
+            event = Event(g.text.push(self.model.piece(tok)), tok, from_draft=j < n)
+            if g.req.logprobs is not None:
+                event.logprob, event.top = _logprobs(logits[j], tok, g.req.logprobs)
+            self._emit(handle, event)
+            if g.text.stopped:
+                g.finish = "stop"
+            elif len(g.out) >= g.req.max_tokens:
+                g.finish = "length"
+            if g.finish:
+                break
+        if g.finish is None and self.target.room(g.slot) < 1:
+            g.finish = "length"
+        g.stats.phase_s["draft"] += draft_s
+        g.stats.phase_s["verify"] += verify_s
+        g.stats.add_round(RoundRecord(len(prop), n, emitted, seconds, llama, g.reason,
+                                      tuple([g.kind] * len(prop))))
+        self.metrics["generated_tokens"] += emitted
+        if g.finish:
+            self._end(handle, g, g.finish)
+
+    def _end(self, handle: Handle, g: Generation, finish: str, error: str | None = None, free: bool = False) -> None:
+        """Finish a request: its last event, its slot freed (its cells too when it was cancelled or failed)."""
+        self._active = [(h, x) for h, x in self._active if x is not g]
+        if free or error:
+            self.target.clear(g.slot)
+            if self.draft is not None:
+                self.draft.clear(g.slot)
+        self.metrics[f"finished_{finish}"] += 1
+        tail = "" if error else g.text.flush()
+        self._emit(handle, Event(tail, finish_reason=finish, stats=g.stats, error=error))
+
+    @staticmethod
+    def _emit(handle: Handle, event: Event) -> None:
+        if handle.req.on_event is not None and not handle.cancelled:
+            handle.req.on_event(event)
+
+    # costs ----------------------------------------------------------------------------------------------------
+    def calibrate(self) -> None:
+        """Time target decodes of m rows (m up to every sequence drafting draft_max) on a free slot, once."""
+        sizes = sorted({m for m in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+                        if m <= min(self.parallel * (self.draft_max + 1), 64, self.target.n_ctx)})
+        filler = [self.model.bos if 0 <= self.model.bos < self.model.n_vocab else 0]
+        self.target.decode([(0, filler, [0])])  # the first call of a shape allocates: keep it out of the numbers
+        self.target.clear(0)
+        for m in sizes:
+            t0 = time.perf_counter()
+            self.target.decode([(0, filler * m, range(m))])
+            self.cost.observe_verify(m, time.perf_counter() - t0)
+            self.target.clear(0)
+
+    def close(self) -> None:
+        for ctx in (self.draft, self.target):
+            if ctx is not None:
+                ctx.close()
+                ctx.model.close()
+
+
+def _fit(q: np.ndarray, n: int) -> np.ndarray:
+    """A draft distribution over the target's vocabulary (sizes may differ by a few ids)."""
+    if len(q) == n:
+        return q
+    out = np.zeros(n)
+    out[: min(len(q), n)] = q[:n]
+    return out
+
+
+def _logprobs(row: np.ndarray, token: int, top: int) -> tuple[float, list[tuple[int, float]]]:
+    """The target's own log-probabilities at this position (temperature 1, no filters), as OpenAI reports them."""
+    row = row.astype(np.float64)
+    z = row - row.max()
+    logz = math.log(np.exp(z).sum())
+    best = np.argpartition(-row, top)[:top] if 0 < top < len(row) else np.arange(len(row))[:top]
+    best = best[np.argsort(-row[best], kind="stable")]
+    return float(z[token] - logz), [(int(t), float(z[t] - logz)) for t in best]

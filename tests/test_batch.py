@@ -1,0 +1,107 @@
+"""The multi-sequence engine on the tiny models: every request's output is what the target alone writes (greedy),
+or follows the target's distribution (sampled), while other requests share its steps; cancelled requests free
+their sequence; a shared prefix is reused."""
+import numpy as np
+import pytest
+
+import edgespec
+from edgespec import SamplingConfig
+from edgespec.batch import BatchEngine, Request
+from conftest import PROMPTS
+from stats_util import assert_follows, exact_first_two
+
+
+@pytest.fixture(scope="module")
+def batch(tiny_pair):
+    b = BatchEngine(str(tiny_pair[0]), str(tiny_pair[1]), parallel=4, n_ctx=512, n_threads=2, lookup=True,
+                    draft_max=4)
+    yield b
+    b.close()
+
+
+@pytest.fixture(scope="module")
+def reference(engine):
+    return {p: engine.generate(p, max_tokens=40, speculative=False).tokens for p in PROMPTS}
+
+
+def serve_all(batch, reqs):
+    """Submit every request at once (more than the sequences: some wait their turn), step until all are done."""
+    events = [[] for _ in reqs]
+    for req, ev in zip(reqs, events):
+        req.on_event = ev.append
+        batch.submit(req)
+    while batch.step():
+        pass
+    assert all(ev and ev[-1].finish_reason for ev in events)
+    return events
+
+
+@pytest.mark.parametrize("mode", ["off", "draft", "lookup", "hybrid", "auto"])
+def test_each_request_gets_the_targets_own_tokens_while_sharing_steps(batch, engine, reference, mode):
+    reqs = [Request(engine.tokenize(p), max_tokens=40, mode=mode) for p in PROMPTS]
+    events = serve_all(batch, reqs)
+    for p, ev in zip(PROMPTS, events):
+        assert [e.token for e in ev if e.token is not None] == reference[p], p
+        assert "".join(e.text for e in ev) == engine.generate(p, max_tokens=40, speculative=False).text
+    if mode in ("draft", "hybrid"):
+        assert batch.metrics["drafted_draft"] > 0 and 0 < batch.metrics["accepted_draft"] < batch.metrics["drafted_draft"]
+
+
+def test_sampled_requests_follow_the_targets_distribution(batch, engine):
+    cfg = dict(temperature=1.0, top_k=5, top_p=1.0, min_p=0.0)
+    prompt = engine.tokenize("the cat sat on the")
+    joint = exact_first_two(engine.model, prompt, SamplingConfig(**cfg))
+    outcomes = list(joint)
+    counts = np.zeros(len(outcomes))
+    n, per_batch = 2400, 6  # six requests share each step: four in sequences, two waiting
+    for start in range(0, n, per_batch):
+        reqs = [Request(prompt, max_tokens=6, sampling=SamplingConfig(**cfg, seed=s), mode="draft", draft_max=4)
+                for s in range(start, start + per_batch)]
+        for ev in serve_all(batch, reqs):
+            first = tuple(e.token for e in ev if e.token is not None)[:2]
+            assert first in joint
+            counts[outcomes.index(first)] += 1
+    assert_follows(counts, np.array([joint[o] for o in outcomes]))
+
+
+def test_logprobs_are_the_targets_and_equal_with_speculation_off(batch, engine):
+    prompt = engine.tokenize("Once upon a time")
+    spec, = serve_all(batch, [Request(prompt, max_tokens=20, mode="draft", draft_max=4, logprobs=3)])
+    off, = serve_all(batch, [Request(prompt, max_tokens=20, mode="off", logprobs=3)])
+    a, b = [e for e in spec if e.token is not None], [e for e in off if e.token is not None]
+    assert [e.token for e in a] == [e.token for e in b]
+    assert any(e.from_draft for e in a)
+    np.testing.assert_allclose([e.logprob for e in a], [e.logprob for e in b], atol=1e-3)
+    assert all(len(e.top) == 3 and e.top[0][1] >= e.logprob - 1e-9 for e in a)
+
+
+def test_a_cancelled_request_frees_its_sequence(batch, engine):
+    prompt = engine.tokenize("Hello world")
+    events = []
+    handle = batch.submit(Request(prompt, max_tokens=300, on_event=events.append))
+    for _ in range(3):
+        batch.step()
+    slot = batch._active[0][1].slot
+    assert len(batch.target.tokens[slot]) > len(prompt)
+    handle.cancel()
+    batch.step()
+    assert batch.n_active == 0 and batch.metrics["finished_cancelled"] >= 1
+    assert batch.target.tokens[slot] == [] and batch.draft.tokens[slot] == []  # its cache cells are free too
+    assert not any(e.finish_reason for e in events)  # nobody is told: the client went away
+
+
+def test_a_shared_prefix_is_not_decoded_again(batch, engine):
+    system = "You are a careful assistant who answers in one sentence. " * 3
+    first, = serve_all(batch, [Request(engine.tokenize(system + "First question?"), max_tokens=5)])
+    second, = serve_all(batch, [Request(engine.tokenize(system + "Second one?"), max_tokens=5)])
+    assert second[-1].stats.n_prompt_evaluated < len(engine.tokenize("Second one?")) + 5
+
+
+def test_bad_requests_are_refused_before_they_queue(batch, engine):
+    with pytest.raises(edgespec.InvalidArgument, match="unknown speculative mode"):
+        batch.submit(Request(engine.tokenize("hi"), mode="turbo"))
+    with pytest.raises(edgespec.ContextOverflowError, match="a sequence holds 512"):
+        batch.submit(Request([5] * 600))
+    with pytest.raises(edgespec.InvalidArgument, match="not in this model's vocabulary"):
+        batch.submit(Request([10 ** 6]))
+    assert batch.n_queued == 0
