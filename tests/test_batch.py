@@ -105,3 +105,51 @@ def test_bad_requests_are_refused_before_they_queue(batch, engine):
     with pytest.raises(edgespec.InvalidArgument, match="not in this model's vocabulary"):
         batch.submit(Request([10 ** 6]))
     assert batch.n_queued == 0
+
+
+def _identity_through_the_batch(target, draft, prompts, modes, k=4, max_tokens=48, lookup=True):
+    """Greedy outputs of requests served together equal the target alone's, or part at a measured near-tie."""
+    from identity import assert_identical_or_near_tie
+
+    with edgespec.Engine.load(target, n_ctx=2048) as alone:
+        tokens = [alone.tokenize(p, chat_format=True) for p in prompts]
+        plain = [alone.generate(t, max_tokens=max_tokens, speculative=False).tokens for t in tokens]
+        b = BatchEngine(str(target), str(draft), parallel=4, n_ctx=2048, lookup=lookup, draft_max=k)
+        ties, drafted = [], 0
+        try:
+            for mode in modes:
+                events = serve_all(b, [Request(t, max_tokens=max_tokens, mode=mode) for t in tokens])
+                for t, ref, ev in zip(tokens, plain, events):
+                    got = [e.token for e in ev if e.token is not None]
+                    tie = assert_identical_or_near_tie(alone.model, t, ref, got, k)
+                    if tie:
+                        ties.append(tie)
+            drafted = b.metrics["drafted_draft"] + b.metrics["drafted_lookup"]
+        finally:
+            b.close()
+    return ties, drafted
+
+
+@pytest.mark.realmodel
+def test_smollm_requests_served_together_equal_the_target_alone(tmp_path):
+    from edgespec import backend, default_model
+    from test_real_models import PROMPTS as REAL
+
+    target = default_model.path()
+    draft = tmp_path / "draft-q4_0.gguf"
+    backend.quantize(target, draft, "Q4_0")
+    ties, drafted = _identity_through_the_batch(target, draft, REAL + ["Count from one to twenty.",
+                                                                      "Name three rivers in Europe."],
+                                                ["draft", "hybrid", "auto"])
+    assert drafted > 100 and len(ties) <= 3, ties
+
+
+@pytest.mark.slow
+def test_qwen_requests_served_together_equal_the_target_alone():
+    from test_real_models import PROMPTS as REAL, bench_dir
+
+    target, draft = (bench_dir() / f"qwen2.5-coder-{s}-instruct-q4_k_m.gguf" for s in ("1.5b", "0.5b"))
+    if not target.exists() or not draft.exists():
+        pytest.skip("Qwen2.5-Coder pair not present (../shared/models/fetch-bench-models.sh)")
+    ties, drafted = _identity_through_the_batch(target, draft, REAL[:4], ["draft"], max_tokens=32)
+    assert drafted > 50, drafted
