@@ -153,10 +153,14 @@ def test_message_content_is_never_control_tokens(server, engine):
     assert r.usage.prompt_tokens > len(engine.tokenize(f"<|im_start|>user\n{evil}<|im_end|>\n<|im_start|>assistant\n"))
 
 
-def test_seeded_sampling_is_reproducible(server):
+@pytest.mark.parametrize("mode", ["off", "draft", "hybrid"])
+def test_seeded_sampling_is_reproducible_with_a_fixed_mode(server, mode):
+    """(Under `auto` the draft length follows the measured load, and with it which random numbers a sampled
+    request draws: the distribution is the target's either way, the exact sample is not reproducible.)"""
     client = server.client()
     a, b, c = (client.completions.create(model="x", prompt="Once upon a time", max_tokens=20, temperature=0.9,
-                                         seed=seed).choices[0].text for seed in (7, 7, 8))
+                                         seed=seed, extra_body={"speculative": {"mode": mode}}).choices[0].text
+               for seed in (7, 7, 8))
     assert a == b and a != c
 
 
