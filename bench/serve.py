@@ -52,9 +52,10 @@ def start(argv: list[str], url: str, timeout: float = 600) -> subprocess.Popen:
     raise SystemExit(f"{argv[0]} did not come up in {timeout:.0f} s")
 
 
-def one(url: str, prompt: str, max_tokens: int, extra: dict) -> dict:
+def one(url: str, prompt: str, max_tokens: int, extra: dict, system: str = "You are a helpful assistant.") -> dict:
     """One streamed chat request: time to first token, generation time, tokens, text."""
-    body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens, "temperature": 0,
+    body = {"messages": [{"role": "system", "content": system}, {"role": "user", "content": prompt}],
+            "max_tokens": max_tokens, "temperature": 0,
             "stream": True, "stream_options": {"include_usage": True}, **extra}
     t0 = time.perf_counter()
     first, text, n = None, [], None
@@ -89,7 +90,8 @@ def level(url: str, prompts: list[str], concurrency: int, max_tokens: int, extra
                 if not todo:
                     return
                 i, p = todo.pop(0)
-            results[i] = one(url, p, max_tokens, extra)
+            # a system line of this level's own: no level finds the prompts of the one before in a cache
+            results[i] = one(url, p, max_tokens, extra, f"You are a helpful assistant (session {concurrency}).")
 
     t0 = time.perf_counter()
     threads = [threading.Thread(target=client) for _ in range(concurrency)]
@@ -121,6 +123,7 @@ def main() -> None:
     parser.add_argument("--draft-max", type=int, default=4)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--no-llama-server", action="store_true")
+    parser.add_argument("--variants", help="only these, e.g. edgespec:off,edgespec:auto (default: all)")
     args = parser.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
     sys.path.insert(0, str(ROOT / "bench"))
@@ -130,41 +133,45 @@ def main() -> None:
     folder = Path(os.environ.get("EDGESPEC_BENCH_MODELS") or Path.home() / ".cache" / "edgespec-bench")
     target, draft = models_for(args.config, folder)
     parallel = max(levels)
-    runs = []  # (name, argv, request extra)
-    port = free_port()
-    edgespec = [str(ROOT / ".venv" / "bin" / "edgespec"), "serve", "-m", str(target), "-d", str(draft), "--port",
-                str(port), "--parallel", str(parallel), "-c", "2048", "-k", str(args.draft_max), "--threads",
-                str(args.threads)]
-    runs.append(("edgespec", edgespec, port, [("off", {"speculative": {"mode": "off"}}),
-                                              ("on", {"speculative": {"mode": "draft"}}),
-                                              ("auto", {"speculative": {"mode": "auto"}})]))
+    # Every variant gets a server of its own, started fresh: no prompt cache carried from one variant to the next.
+    def edgespec(port, mode):
+        return ([str(ROOT / ".venv" / "bin" / "edgespec"), "serve", "-m", str(target), "-d", str(draft), "--port",
+                 str(port), "--parallel", str(parallel), "-c", "2048", "-k", str(args.draft_max), "--threads",
+                 str(args.threads)], {"speculative": {"mode": mode}})
+
+    runs = [("edgespec", "off", lambda p: edgespec(p, "off")), ("edgespec", "on", lambda p: edgespec(p, "draft")),
+            ("edgespec", "auto", lambda p: edgespec(p, "auto"))]
     if LLAMA_SERVER.exists() and not args.no_llama_server:
-        common = [str(LLAMA_SERVER), "-m", str(target), "-np", str(parallel), "-c", str(2048 * parallel), "-t",
-                  str(args.threads), "--host", "127.0.0.1", "-fa", "off"]
-        p1, p2 = free_port(), free_port()
-        runs.append(("llama-server", common + ["--port", str(p1)], p1, [("no draft", {})]))
-        runs.append(("llama-server", common + ["--port", str(p2), "-md", str(draft), "--spec-type", "draft-simple",
-                                                "--draft-max", str(args.draft_max), "-td", str(args.threads)], p2,
-                     [("draft", {})]))
+        def llama(port, with_draft):
+            argv = [str(LLAMA_SERVER), "-m", str(target), "-np", str(parallel), "-c", str(2048 * parallel), "-t",
+                    str(args.threads), "--host", "127.0.0.1", "--port", str(port)]
+            if with_draft:
+                argv += ["-md", str(draft), "--spec-type", "draft-simple", "--spec-draft-n-max", str(args.draft_max),
+                         "-td", str(args.threads)]
+            return argv, {}
+
+        runs += [("llama-server", "no draft", lambda p: llama(p, False)), ("llama-server", "draft", lambda p: llama(p, True))]
+    if args.variants:
+        runs = [r for r in runs if f"{r[0]}:{r[1]}" in args.variants.split(",")]
     table, reference = [], {}
-    for name, argv, port, variants in runs:
+    for name, variant, make in runs:
+        port = free_port()
+        argv, extra = make(port)
         url = f"http://127.0.0.1:{port}"
         proc = start(argv, url)
         try:
-            one(url, prompts[0], 8, variants[0][1])  # warm: first decode shapes, calibration
-            for variant, extra in variants:
-                for c in levels:
-                    r = level(url, prompts, c, args.max_tokens, extra)
-                    r.update(server=name, variant=variant)
-                    if name == "edgespec" and variant == "off":
-                        reference[c] = r["texts"]
-                    same = sum(a == b for a, b in zip(r["texts"], reference.get(c, r["texts"])))
-                    r["identical_to_off"] = same
-                    table.append(r)
-                    print(f"{name:<13}{variant:<9} c={c}  ttft p50 {r['ttft_p50']:7.0f} ms  p95 {r['ttft_p95']:7.0f}  "
-                          f"ms/token p50 {r['ms_per_token_p50']:6.1f} p95 {r['ms_per_token_p95']:6.1f}  "
-                          f"{r['tokens_per_s']:6.1f} tok/s  identical to edgespec off: {same}/{len(prompts)}",
-                          flush=True)
+            one(url, "Say hello.", 8, extra)  # warm: first decode shapes, calibration (a prompt not in the set)
+            for c in levels:
+                r = level(url, prompts, c, args.max_tokens, extra)
+                r.update(server=name, variant=variant)
+                if name == "edgespec" and variant == "off":
+                    reference[c] = r["texts"]
+                same = sum(a == b for a, b in zip(r["texts"], reference.get(c, r["texts"])))
+                r["identical_to_off"] = same
+                table.append(r)
+                print(f"{name:<13}{variant:<9} c={c}  ttft p50 {r['ttft_p50']:7.0f} ms  p95 {r['ttft_p95']:7.0f}  "
+                      f"ms/token p50 {r['ms_per_token_p50']:6.1f} p95 {r['ms_per_token_p95']:6.1f}  "
+                      f"{r['tokens_per_s']:6.1f} tok/s  identical to edgespec off: {same}/{len(prompts)}", flush=True)
         finally:
             proc.terminate()
             proc.wait(timeout=60)

@@ -33,7 +33,7 @@ from .verify import verify_greedy, verify_sampled
 
 MODES = ("auto", "off", "draft", "lookup", "hybrid")
 MARGIN = 0.92  # speculate only where the batch is expected at least 8% faster for it
-PROBE_EVERY = 32  # a sequence the rule keeps plain still drafts 2 tokens this often, so acceptance stays known
+PROBE_FIRST, PROBE_LAST = 32, 1024  # steps between probes while the rule keeps every sequence plain (doubling)
 
 
 class QueueFull(EdgespecError):
@@ -79,11 +79,10 @@ class Generation:
         self.lookup = PromptLookupProposer()
         self.lookup.begin(self.seq)
         self.kind = "off"  # the proposer this step: "draft", "lookup" or "off"
-        self.k = 0
+        self.k = self.k_max = 0
         self.reason = "off"
         self.proposal: list[int] = []
         self.q: list[np.ndarray | None] = []
-        self.plain_steps = 0
         self.finish: str | None = None
         self.started = time.perf_counter()
 
@@ -129,6 +128,7 @@ class BatchEngine:
         self._cond = threading.Condition()
         self._stopping = False
         self._finish_all: str | None = None
+        self._probe_wait, self._since_probe = PROBE_FIRST, 0
         self.calibrate()
 
     # requests -----------------------------------------------------------------------------------------------
@@ -279,7 +279,7 @@ class BatchEngine:
                 g.kind = "lookup"  # the text repeats: copy it for free, else the draft model
             if g.kind == "draft":
                 cap = min(cap, self.draft.n_ctx - len(g.seq) + 1)  # seq and k-1 drafts in the draft's cells
-            k_max = min(self.draft_max if g.req.draft_max is None else g.req.draft_max, cap)
+            k_max = g.k_max = min(self.draft_max if g.req.draft_max is None else g.req.draft_max, cap)
             if g.kind == "off" or k_max <= 0:
                 g.kind, g.k, g.reason = "off", 0, "off" if mode == "off" else "full"
                 continue
@@ -292,7 +292,9 @@ class BatchEngine:
                 rows, tokens = rows + g.k, tokens + acc - 1
                 if g.kind == "draft":
                     draft_steps = max(draft_steps, g.k)
-            else:
+        self._probe(gens)
+        for g in gens:
+            if not g.k:
                 g.kind = "off"
 
     def _best_k(self, g: Generation, k_max: int, rows: int, tokens: float, draft_steps: int) -> tuple[int, str]:
@@ -309,13 +311,25 @@ class BatchEngine:
             rate = (tokens + expected[k] - 1) / (self.cost.t_verify(rows + k) + steps * step_s)
             if rate > best_rate:
                 best, best_rate = k, rate
-        if best:
-            g.plain_steps = 0
-            return best, "cost"
-        g.plain_steps += 1
-        if g.plain_steps % PROBE_EVERY == 0:
-            return min(2, k_max), "probe"
-        return 0, "plain"
+        return (best, "cost") if best else (0, "plain")
+
+    def _probe(self, gens: list[Generation]) -> None:
+        """While the rule keeps every auto sequence plain, one of them still drafts 2 tokens now and then, so the
+        shared acceptance stays known: the one whose draft cache is least behind (its catch-up costs least), after a
+        wait that doubles while probes do not change the verdict."""
+        auto = [g for g in gens if g.req.mode == "auto" and g.reason in ("plain", "cost", "warm-up") and g.k_max >= 2]
+        if any(g.k for g in auto):
+            self._probe_wait, self._since_probe = PROBE_FIRST, 0
+            return
+        self._since_probe += 1
+        if not auto or self._since_probe < self._probe_wait:
+            return
+        ctx = self.draft
+        g = min(auto, key=lambda g: len(g.seq) - ctx.common_prefix(g.slot, g.seq) if ctx else 0)
+        g.kind = "lookup" if (self.auto == "lookup" or (self.auto == "hybrid" and g.lookup.propose(
+            g.seq, 1, g.req.sampling, g.rng).tokens)) else "draft"
+        g.k, g.reason = 2, "probe"
+        self._since_probe, self._probe_wait = 0, min(PROBE_LAST, 2 * self._probe_wait)
 
     def _propose(self, gens: list[Generation]) -> None:
         drafting = []
