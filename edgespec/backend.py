@@ -332,7 +332,38 @@ def apply_builtin_template(template: str, messages: Sequence[tuple[str, str]], a
     return buf.raw[:n].decode("utf-8", "replace")
 
 
-class Context:
+class _Context:
+    """What both kinds of cache share: a llama.cpp context and batch, freed once, refused after."""
+
+    _ptr = None
+
+    def _open(self) -> None:
+        if not self._ptr:
+            raise EdgespecError(f"the context of {self.model.path} has been closed; load the model again")
+
+    def close(self) -> None:
+        if getattr(self, "_ptr", None):
+            ll.llama_batch_free(self._batch)
+            ll.llama_free(self._ptr)
+            self._ptr = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except (AttributeError, TypeError):  # at interpreter exit llama_cpp may be gone already: nothing to free
+            pass
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+class Context(_Context):
     """One KV cache (sequence 0) of a model, with the list of tokens it holds."""
 
     def __init__(self, model: Model, n_ctx: int = 4096, n_threads: int | None = None, n_batch: int = 512) -> None:
@@ -419,10 +450,6 @@ class Context:
             raise BackendError(f"llama.cpp could not roll back the cache of {self.model.path} to {n} tokens")
         del self.tokens[n:]
 
-    def _open(self) -> None:
-        if not self._ptr:
-            raise EdgespecError(f"the context of {self.model.path} has been closed; load the model again")
-
     def clear(self) -> None:
         self._open()
         ll.llama_memory_clear(self._mem, True)
@@ -436,27 +463,10 @@ class Context:
         return len(seq) - keep
 
     def common_prefix(self, seq: Sequence[int]) -> int:
-        n = 0
-        for a, b in zip(self.tokens, seq):
-            if a != b:
-                break
-            n += 1
-        return n
-
-    def close(self) -> None:
-        if getattr(self, "_ptr", None):
-            ll.llama_batch_free(self._batch)
-            ll.llama_free(self._ptr)
-            self._ptr = None
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except (AttributeError, TypeError):  # at interpreter exit llama_cpp may be gone already: nothing to free
-            pass
+        return common_prefix(self.tokens, seq)
 
 
-class SeqContext:
+class SeqContext(_Context):
     """One KV cache shared by n_seq sequences (llama.cpp sequence ids 0..n_seq-1, n_ctx tokens each), with the
     tokens each one holds. One decode() call carries rows of several sequences: the batch a server steps."""
 
@@ -548,28 +558,7 @@ class SeqContext:
         self.tokens[seq] = []
 
     def common_prefix(self, seq: int, tokens: Sequence[int]) -> int:
-        n = 0
-        for a, b in zip(self.tokens[seq], tokens):
-            if a != b:
-                break
-            n += 1
-        return n
-
-    def _open(self) -> None:
-        if not self._ptr:
-            raise EdgespecError(f"the context of {self.model.path} has been closed; load the model again")
-
-    def close(self) -> None:
-        if getattr(self, "_ptr", None):
-            ll.llama_batch_free(self._batch)
-            ll.llama_free(self._ptr)
-            self._ptr = None
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except (AttributeError, TypeError):
-            pass
+        return common_prefix(self.tokens[seq], tokens)
 
 
 def quantize(src: str | os.PathLike, dst: str | os.PathLike, ftype: str = "Q8_0", threads: int | None = None) -> None:

@@ -63,32 +63,29 @@ class Terminal:
 
     def read_until(self, marker: bytes, timeout: float = 60, after: bytes = b"") -> bytes:
         """Read the screen until marker shows (after the last occurrence of `after`, if given)."""
-        end = time.time() + timeout
-
-        def seen() -> bool:
-            return marker in (self.buf.rsplit(after, 1)[-1] if after else self.buf)
-
-        while not seen():
-            if time.time() > end:
-                raise AssertionError(f"no {marker!r} within {timeout}s; screen so far: {self.buf[-2000:]!r}")
-            if select.select([self.fd], [], [], 0.1)[0]:
-                try:
-                    self.buf += os.read(self.fd, 65536)
-                except OSError:
-                    break
+        if not self._read_while(lambda: marker not in (self.buf.rsplit(after, 1)[-1] if after else self.buf),
+                                timeout):
+            raise AssertionError(f"no {marker!r} within {timeout}s; screen so far: {self.buf[-2000:]!r}")
         return self.buf
 
     def read_more(self, n: int, timeout: float = 60) -> bytes:
         """Read until at least n more bytes have shown (a reply under way), whatever they are."""
         start = len(self.buf)
+        self._read_while(lambda: len(self.buf) - start < n, timeout)
+        return self.buf
+
+    def _read_while(self, waiting, timeout: float) -> bool:
+        """Read while waiting() holds; False if the time ran out first."""
         end = time.time() + timeout
-        while len(self.buf) - start < n and time.time() < end:
+        while waiting():
+            if time.time() > end:
+                return False
             if select.select([self.fd], [], [], 0.1)[0]:
                 try:
                     self.buf += os.read(self.fd, 65536)
                 except OSError:
-                    break
-        return self.buf
+                    return True
+        return True
 
     def type(self, data: bytes) -> None:
         os.write(self.fd, data)
