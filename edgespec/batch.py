@@ -16,7 +16,7 @@ import collections
 import math
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
@@ -241,14 +241,16 @@ class BatchEngine:
         return True
 
     def _admit(self) -> None:
-        with self._cond:
-            while self._queue and len(self._active) < self.parallel:
+        while True:
+            with self._cond:  # only the line is shared with submit(): the prefill runs without the lock
+                if not self._queue or len(self._active) >= self.parallel:
+                    return
                 handle = self._queue.popleft()
-                if handle.cancelled:
-                    continue
-                slot = self._slot_for(handle.req.prompt)
-                self._active.append((handle, Generation(handle.req, slot)))
-                self._prefill(self._active[-1][1])
+            if handle.cancelled:
+                continue
+            g = Generation(handle.req, self._slot_for(handle.req.prompt))
+            self._prefill(g)
+            self._active.append((handle, g))
 
     def _slot_for(self, prompt: list[int]) -> int:
         """The free slot whose cache shares the longest prefix with the prompt (same system prompt, next turn)."""

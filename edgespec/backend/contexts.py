@@ -1,0 +1,236 @@
+"""KV caches that know which tokens they hold: `Context` (one sequence) and `SeqContext` (many, one decode for all).
+Every decode appends to the token list and every removal is checked, so callers reconcile by common prefix."""
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import numpy as np
+
+from ..errors import BackendError, ContextOverflowError, EdgespecError, ModelLoadError
+from .llama import _Freed, _last_error, default_threads, ll
+from .model import Model
+
+class _Context(_Freed):
+    """What both kinds of cache share: a llama.cpp context and batch, freed once, refused after."""
+
+    _ptr = None
+
+    def _open(self) -> None:
+        if not self._ptr:
+            raise EdgespecError(f"the context of {self.model.path} has been closed; load the model again")
+
+    def close(self) -> None:
+        if getattr(self, "_ptr", None):
+            ll.llama_batch_free(self._batch)
+            ll.llama_free(self._ptr)
+            self._ptr = None
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+class Context(_Context):
+    """One KV cache (sequence 0) of a model, with the list of tokens it holds."""
+
+    def __init__(self, model: Model, n_ctx: int = 4096, n_threads: int | None = None, n_batch: int = 512) -> None:
+        self.model = model
+        self._ptr = None
+        model._open()
+        threads = n_threads or default_threads()
+        params = ll.llama_context_default_params()
+        params.n_ctx = n_ctx
+        params.n_batch = params.n_ubatch = min(n_batch, n_ctx)
+        params.n_seq_max = 1
+        params.n_threads = params.n_threads_batch = threads
+        self._ptr = ll.llama_init_from_model(model._ptr, params)
+        if not self._ptr:
+            raise ModelLoadError(f"llama.cpp could not create a {n_ctx}-token context for {model.path}: {_last_error()}")
+        self._mem = ll.llama_get_memory(self._ptr)
+        self.n_ctx: int = ll.llama_n_ctx(self._ptr)
+        self.n_batch: int = min(n_batch, n_ctx)
+        self._batch = ll.llama_batch_init(self.n_batch, 0, 1)
+        self.tokens: list[int] = []
+        self.llama_s = 0.0  # wall time spent inside llama.cpp calls, for the overhead figure
+
+    @property
+    def room(self) -> int:
+        return self.n_ctx - len(self.tokens)
+
+    def decode(self, tokens: Sequence[int], logit_rows: Sequence[int] = ()) -> np.ndarray:
+        """Append tokens to the cache; return logits (float32, one row per index in logit_rows, in that order).
+
+        Only the rows asked for are computed, which is what makes a batched verify cheap in memory.
+        """
+        self._open()
+        if len(tokens) > self.room:
+            raise ContextOverflowError(
+                f"{len(self.tokens) + len(tokens)} tokens do not fit in the {self.n_ctx}-token context; "
+                "use a larger --ctx-size or a shorter prompt"
+            )
+        want = {r: i for i, r in enumerate(logit_rows)}
+        out = np.empty((len(logit_rows), self.model.n_vocab), dtype=np.float32)
+        b = self._batch
+        t0 = time.perf_counter()
+        before = len(self.tokens)
+        try:
+            for start in range(0, len(tokens), self.n_batch):
+                chunk = tokens[start : start + self.n_batch]
+                base = len(self.tokens)
+                for j, tok in enumerate(chunk):
+                    b.token[j] = tok
+                    b.pos[j] = base + j
+                    b.n_seq_id[j] = 1
+                    b.seq_id[j][0] = 0
+                    b.logits[j] = (start + j) in want
+                b.n_tokens = len(chunk)
+                self.tokens.extend(chunk)  # before the call: on any failure the except below rolls it back
+                rc = ll.llama_decode(self._ptr, b)
+                if rc != 0:
+                    raise BackendError(f"llama_decode failed with code {rc}: {_last_error()}")
+                for j in range(len(chunk)):
+                    row = want.get(start + j)
+                    if row is not None:
+                        ptr = ll.llama_get_logits_ith(self._ptr, j)
+                        out[row] = np.ctypeslib.as_array(ptr, shape=(self.model.n_vocab,))
+        except BaseException:
+            # A failed or interrupted decode (Ctrl-C lands right after the C call) leaves the cache as it was.
+            if not ll.llama_memory_seq_rm(self._mem, 0, before, -1):
+                self.clear()
+            del self.tokens[before:]
+            raise
+        finally:
+            self.llama_s += time.perf_counter() - t0
+        return out
+
+    def truncate(self, n: int) -> None:
+        """Keep the first n tokens of the cache, drop the rest (llama_memory_seq_rm, result checked)."""
+        if n >= len(self.tokens):
+            return
+        self._open()
+        t0 = time.perf_counter()
+        ok = ll.llama_memory_seq_rm(self._mem, 0, n, -1)
+        self.llama_s += time.perf_counter() - t0
+        if not ok:
+            # Partial removal is refused by caches that cannot rewind (recurrent models); start over cleanly.
+            self.clear()
+            raise BackendError(f"llama.cpp could not roll back the cache of {self.model.path} to {n} tokens")
+        del self.tokens[n:]
+
+    def clear(self) -> None:
+        self._open()
+        ll.llama_memory_clear(self._mem, True)
+        self.tokens.clear()
+
+    def sync(self, seq: Sequence[int]) -> int:
+        """Make the cache hold exactly seq, keeping the prefix it already shares with seq; returns tokens decoded."""
+        keep = self.common_prefix(seq)
+        self.truncate(keep)
+        self.decode(seq[keep:])
+        return len(seq) - keep
+
+    def common_prefix(self, seq: Sequence[int]) -> int:
+        return common_prefix(self.tokens, seq)
+
+
+class SeqContext(_Context):
+    """One KV cache shared by n_seq sequences (llama.cpp sequence ids 0..n_seq-1, n_ctx tokens each), with the
+    tokens each one holds. One decode() call carries rows of several sequences: the batch a server steps."""
+
+    def __init__(self, model: Model, n_ctx: int, n_seq: int, n_threads: int | None = None, n_batch: int = 512) -> None:
+        self.model = model
+        self._ptr = None
+        model._open()
+        threads = n_threads or default_threads()
+        params = ll.llama_context_default_params()
+        params.n_ctx = n_ctx * n_seq
+        params.n_seq_max = n_seq
+        params.kv_unified = False  # each sequence its own n_ctx cells
+        params.n_batch = params.n_ubatch = n_batch
+        params.n_threads = params.n_threads_batch = threads
+        self._ptr = ll.llama_init_from_model(model._ptr, params)
+        if not self._ptr:
+            raise ModelLoadError(f"llama.cpp could not create {n_seq} sequences of {n_ctx} tokens for {model.path}: "
+                                 f"{_last_error()}")
+        self._mem = ll.llama_get_memory(self._ptr)
+        self.n_seq = n_seq
+        self.n_ctx: int = ll.llama_n_ctx(self._ptr) // n_seq  # per sequence
+        self.n_batch = n_batch
+        self._batch = ll.llama_batch_init(n_batch, 0, 1)
+        self.tokens: list[list[int]] = [[] for _ in range(n_seq)]
+        self.llama_s = 0.0
+
+    def room(self, seq: int) -> int:
+        return self.n_ctx - len(self.tokens[seq])
+
+    def decode(self, items: Sequence[tuple[int, Sequence[int], Sequence[int]]]) -> list[np.ndarray]:
+        """items: (sequence, tokens to append, rows wanted); returns the logits of each item's rows (float32, one
+        row per index asked for, in that order). Items share llama.cpp calls of up to n_batch tokens."""
+        self._open()
+        for seq, tokens, _ in items:
+            if len(tokens) > self.room(seq):
+                raise ContextOverflowError(f"{len(self.tokens[seq]) + len(tokens)} tokens do not fit in a "
+                                           f"{self.n_ctx}-token sequence; use a larger --ctx-size")
+        n_vocab = self.model.n_vocab
+        outs = [np.empty((len(rows), n_vocab), dtype=np.float32) for _, _, rows in items]
+        before = {seq: len(self.tokens[seq]) for seq, _, _ in items}
+        # (item, index in the item's tokens) of every token, cut into llama.cpp calls of n_batch
+        flat = [(i, j) for i, (_, tokens, _) in enumerate(items) for j in range(len(tokens))]
+        wants = [{r: k for k, r in enumerate(rows)} for _, _, rows in items]
+        b = self._batch
+        t0 = time.perf_counter()
+        try:
+            for start in range(0, len(flat), self.n_batch):
+                chunk = flat[start:start + self.n_batch]
+                for n, (i, j) in enumerate(chunk):
+                    seq, tokens, _ = items[i]
+                    b.token[n] = tokens[j]
+                    b.pos[n] = len(self.tokens[seq])
+                    b.n_seq_id[n] = 1
+                    b.seq_id[n][0] = seq
+                    b.logits[n] = j in wants[i]
+                    self.tokens[seq].append(tokens[j])  # before the call: on failure the except rolls it back
+                b.n_tokens = len(chunk)
+                rc = ll.llama_decode(self._ptr, b)
+                if rc != 0:
+                    raise BackendError(f"llama_decode failed with code {rc}: {_last_error()}")
+                for n, (i, j) in enumerate(chunk):
+                    k = wants[i].get(j)
+                    if k is not None:
+                        ptr = ll.llama_get_logits_ith(self._ptr, n)
+                        outs[i][k] = np.ctypeslib.as_array(ptr, shape=(n_vocab,))
+        except BaseException:
+            for seq, n in before.items():  # a failed or interrupted decode leaves every sequence as it was
+                if not ll.llama_memory_seq_rm(self._mem, seq, n, -1):
+                    self.clear(seq)
+                del self.tokens[seq][n:]
+            raise
+        finally:
+            self.llama_s += time.perf_counter() - t0
+        return outs
+
+    def truncate(self, seq: int, n: int) -> None:
+        """Keep the first n tokens of a sequence (llama_memory_seq_rm, result checked)."""
+        if n >= len(self.tokens[seq]):
+            return
+        self._open()
+        if not ll.llama_memory_seq_rm(self._mem, seq, n, -1):
+            self.clear(seq)
+            raise BackendError(f"llama.cpp could not roll back sequence {seq} of {self.model.path} to {n} tokens")
+        del self.tokens[seq][n:]
+
+    def clear(self, seq: int) -> None:
+        self._open()
+        ll.llama_memory_seq_rm(self._mem, seq, -1, -1)
+        self.tokens[seq] = []
+
+    def common_prefix(self, seq: int, tokens: Sequence[int]) -> int:
+        return common_prefix(self.tokens[seq], tokens)
+
+

@@ -1,0 +1,230 @@
+"""A loaded GGUF model: weights and vocabulary, tokenization (literal or with control tokens), chat templates."""
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+from typing import Sequence
+
+import numpy as np
+
+from ..errors import BackendError, EdgespecError, InvalidArgument, ModelLoadError
+from . import llama
+from .llama import _Freed, _Interruptible, _last_error, ll
+
+class Model(_Freed):
+    """A loaded GGUF model: weights and vocabulary, no KV cache."""
+
+    def __init__(self, path: str | os.PathLike, n_gpu_layers: int = 0, vocab_only: bool = False) -> None:
+        self.path = os.fspath(path)
+        self._ptr = None
+        if os.path.isdir(self.path):
+            raise ModelLoadError(f"{self.path} is a directory, not a model file; name the .gguf file inside it")
+        if not os.path.exists(self.path):
+            raise ModelLoadError(f"model file not found: {self.path}")
+        try:
+            with open(self.path, "rb") as f:
+                magic = f.read(4)
+        except OSError as e:
+            raise ModelLoadError(f"cannot read model file {self.path}: {e.strerror}") from None
+        if magic != b"GGUF":
+            raise ModelLoadError(f"not a GGUF model file: {self.path} (edgespec loads llama.cpp's .gguf files)")
+        params = ll.llama_model_default_params()
+        params.n_gpu_layers = n_gpu_layers
+        params.vocab_only = vocab_only  # metadata and vocabulary without the weights: instant, for checks
+        since = llama._log_count
+        with _Interruptible() as guard:
+            progress = ll.llama_progress_callback(guard.progress)  # kept alive for the call
+            params.progress_callback = progress
+            self._ptr = ll.llama_model_load_from_file(self.path.encode(), params)
+            if not self._ptr and guard.interrupted:
+                return  # KeyboardInterrupt is raised on leaving the block
+        if not self._ptr:
+            raise ModelLoadError(f"llama.cpp could not load {self.path}: {_last_error(since)}")
+        self._vocab = ll.llama_model_get_vocab(self._ptr)
+        self.n_vocab: int = ll.llama_vocab_n_tokens(self._vocab)
+        self.n_ctx_train: int = ll.llama_model_n_ctx_train(self._ptr)
+        self.is_recurrent = bool(ll.llama_model_is_recurrent(self._ptr) or ll.llama_model_is_hybrid(self._ptr))
+        self._pieces: dict[int, bytes] = {}
+        self._special: tuple[re.Pattern | None, dict[str, int]] | None = None
+
+    def _open(self):
+        """The vocabulary pointer, or a clear error once the model has been freed (never a dangling pointer)."""
+        if not self._ptr:
+            raise EdgespecError(f"the model {self.path} has been closed; load it again")
+        return self._vocab
+
+    def check_tokens(self, tokens: Sequence[int]) -> None:
+        """Token ids outside the vocabulary make llama.cpp abort the process: refuse them here."""
+        self._open()
+        for t in tokens:
+            if not isinstance(t, (int, np.integer)) or isinstance(t, bool) or not 0 <= t < self.n_vocab:
+                raise InvalidArgument(f"token id {t!r} is not in this model's vocabulary (0..{self.n_vocab - 1})")
+
+    # vocabulary ------------------------------------------------------------------------------------------
+    @property
+    def vocab_type(self) -> int:
+        return ll.llama_vocab_type(self._open())
+
+    @property
+    def bos(self) -> int:
+        return ll.llama_vocab_bos(self._open())
+
+    @property
+    def eos(self) -> int:
+        return ll.llama_vocab_eos(self._open())
+
+    @property
+    def add_bos(self) -> bool:
+        return bool(ll.llama_vocab_get_add_bos(self._open()))
+
+    @property
+    def add_eos(self) -> bool:
+        return bool(ll.llama_vocab_get_add_eos(self._open()))
+
+    def token_text(self, token: int) -> bytes:
+        """The vocabulary entry as stored (what the pair check compares)."""
+        self.check_tokens([token])
+        return ll.llama_vocab_get_text(self._vocab, token) or b""
+
+    def is_eog(self, token: int) -> bool:
+        return 0 <= token < self.n_vocab and bool(ll.llama_vocab_is_eog(self._open(), token))
+
+    def tokenize(self, text: str | bytes, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        """Text -> tokens. parse_special: text such as "<|im_end|>" becomes that control token (for prompts the
+        user writes in the model's own format); False keeps it literal text (for message content)."""
+        self._open()
+        if isinstance(text, str):
+            try:
+                data = text.encode("utf-8")
+            except UnicodeEncodeError:  # lone surrogates: bytes that were not UTF-8 where the text came from
+                raise EdgespecError("the text is not valid UTF-8 (it holds undecodable bytes)") from None
+        else:
+            data = text
+        cap = len(data) + 8
+        buf = (ll.llama_token * cap)()
+        n = ll.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)
+        if n < 0:  # buffer too small: -n is the size needed
+            cap = -n
+            buf = (ll.llama_token * cap)()
+            n = ll.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)
+        if n < 0:
+            raise BackendError("llama.cpp could not tokenize the prompt")
+        return list(buf[:n])
+
+    def tokenize_literal(self, text: str, literal: Sequence[tuple[int, int]], add_special: bool = True) -> list[int]:
+        """Text in which only what lies outside the `literal` (start, end) spans may name control tokens: the chat
+        template's markup is special, the messages' content never is. Gives the same tokens as tokenize() with
+        parse_special wherever the content holds no control-token text (llama.cpp splits at control tokens
+        first and tokenizes the text between them on its own, as is done here)."""
+        pattern, ids = self._special_tokens()
+        cuts: list[tuple[int, int, int]] = []  # (start, end, token id) of control tokens in the markup
+        edges = [0, *[i for span in sorted(literal) for i in span], len(text)]
+        for start, end in zip(edges[::2], edges[1::2]):  # the markup between literal spans
+            if pattern is not None and start < end:
+                cuts += [(m.start(), m.end(), ids[m.group()]) for m in pattern.finditer(text, start, end)]
+        out: list[int] = []
+        pos = 0
+        for start, end, tok in cuts:
+            attr = ll.llama_vocab_get_attr(self._vocab, tok)
+            before = text[pos:start].rstrip() if attr & ll.LLAMA_TOKEN_ATTR_LSTRIP else text[pos:start]
+            if before:
+                out += self.tokenize(before, add_special=False, parse_special=False)
+            out.append(tok)
+            pos = end
+            if attr & ll.LLAMA_TOKEN_ATTR_RSTRIP:
+                while pos < len(text) and text[pos].isspace():
+                    pos += 1
+        if pos < len(text):
+            out += self.tokenize(text[pos:], add_special=False, parse_special=False)
+        if add_special and self.add_bos and (not out or out[0] != self.bos):
+            out.insert(0, self.bos)
+        if add_special and self.add_eos:
+            out.append(self.eos)
+        return out
+
+    def control_pattern(self) -> re.Pattern | None:
+        """A regex matching the text of any control token (None when the vocabulary has none)."""
+        return self._special_tokens()[0]
+
+    def _special_tokens(self) -> tuple[re.Pattern | None, dict[str, int]]:
+        """The control tokens llama.cpp's parse_special recognises in text, longest first (as it matches them)."""
+        if self._special is None:
+            vocab, ids = self._open(), {}
+            wanted = ll.LLAMA_TOKEN_ATTR_CONTROL | ll.LLAMA_TOKEN_ATTR_UNKNOWN
+            for t in range(self.n_vocab):
+                if ll.llama_vocab_get_attr(vocab, t) & wanted:
+                    text = (ll.llama_vocab_get_text(vocab, t) or b"").decode("utf-8", "replace")
+                    if text:
+                        ids.setdefault(text, t)
+            alternatives = sorted(ids, key=len, reverse=True)
+            self._special = (re.compile("|".join(map(re.escape, alternatives))) if ids else None, ids)
+        return self._special
+
+    def piece(self, token: int) -> bytes:
+        """The bytes a generated token adds to the text (special tokens render as nothing)."""
+        cached = self._pieces.get(token)
+        if cached is not None:
+            return cached
+        self.check_tokens([token])
+        buf = ctypes.create_string_buffer(64)
+        n = ll.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = ll.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False)
+        out = buf.raw[: max(n, 0)]
+        self._pieces[token] = out
+        return out
+
+    def detokenize(self, tokens: Sequence[int]) -> bytes:
+        self.check_tokens(tokens)
+        return b"".join(self.piece(t) for t in tokens)
+
+    # metadata --------------------------------------------------------------------------------------------
+    def meta(self, key: str) -> str | None:
+        self._open()
+        buf = ctypes.create_string_buffer(4096)
+        n = ll.llama_model_meta_val_str(self._ptr, key.encode(), buf, len(buf))
+        if n < 0:
+            return None
+        if n >= len(buf):
+            buf = ctypes.create_string_buffer(n + 1)
+            ll.llama_model_meta_val_str(self._ptr, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", "replace")
+
+    def chat_template(self) -> str | None:
+        self._open()
+        tmpl = ll.llama_model_chat_template(self._ptr, None)
+        return tmpl.decode("utf-8", "replace") if tmpl else None
+
+    def describe(self) -> str:
+        self._open()
+        buf = ctypes.create_string_buffer(256)
+        ll.llama_model_desc(self._ptr, buf, len(buf))
+        return buf.value.decode("utf-8", "replace")
+
+    def close(self) -> None:
+        if getattr(self, "_ptr", None):
+            ll.llama_model_free(self._ptr)
+            self._ptr = None
+
+
+def apply_builtin_template(template: str, messages: Sequence[tuple[str, str]], add_assistant: bool) -> str | None:
+    """llama.cpp's own chat formatting for the templates it recognises; None when it does not know this one."""
+    arr = (ll.llama_chat_message * len(messages))()
+    keep = []  # the C structs borrow these bytes
+    for i, (role, content) in enumerate(messages):
+        r, c = role.encode(), content.encode()
+        keep += [r, c]
+        arr[i].role, arr[i].content = r, c
+    size = 4096 + 2 * sum(len(c) for c in keep)
+    buf = ctypes.create_string_buffer(size)
+    n = ll.llama_chat_apply_template(template.encode(), arr, len(messages), add_assistant, buf, size)
+    if n < 0:
+        return None
+    if n > size:
+        buf = ctypes.create_string_buffer(n)
+        n = ll.llama_chat_apply_template(template.encode(), arr, len(messages), add_assistant, buf, n)
+    return buf.raw[:n].decode("utf-8", "replace")
+
+

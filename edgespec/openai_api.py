@@ -1,0 +1,220 @@
+"""The OpenAI wire format: a request body -> the BatchEngine's Request (every bad field a BadRequest naming it), and
+a request's events -> OpenAI's response JSON and SSE chunks (with llama-server's `timings`). No HTTP here.
+
+`state` is the server's: its engine (tokenizer, vocabulary), default sampling and model id.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+import uuid
+from typing import TYPE_CHECKING
+
+from . import chat
+from .batch import MODES, Event, Request
+from .sampling import SamplingConfig
+
+if TYPE_CHECKING:
+    from .server import ServerState
+
+
+class BadRequest(Exception):
+    def __init__(self, message: str, param: str | None = None, code: str | None = None, status: int = 400):
+        super().__init__(message)
+        self.param, self.code, self.status = param, code, status
+
+
+
+# request parsing ------------------------------------------------------------------------------------------------
+def _number(body: dict, name: str, default, lo: float, hi: float, integer: bool = False):
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and not isinstance(value, int)):
+        raise BadRequest(f"'{name}' must be {'an integer' if integer else 'a number'}, got {json.dumps(value)}", name)
+    if not math.isfinite(value) or not lo <= value <= hi:
+        raise BadRequest(f"'{name}' must be between {lo} and {hi}, got {value}", name)
+    return value
+
+
+def _messages(body: dict) -> list[tuple[str, str]]:
+    msgs = body.get("messages")
+    if not isinstance(msgs, list) or not msgs:
+        raise BadRequest("'messages' must be a non-empty list of {role, content} objects", "messages")
+    out = []
+    for i, m in enumerate(msgs):
+        if not isinstance(m, dict) or m.get("role") not in ("system", "developer", "user", "assistant"):
+            raise BadRequest(f"messages[{i}]: role must be one of system, developer, user, assistant",
+                             f"messages[{i}].role")
+        content = m.get("content")
+        if content is None and m["role"] == "assistant":
+            content = ""
+        if isinstance(content, list):  # a list of parts: only text parts are understood
+            texts = []
+            for part in content:
+                if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
+                    raise BadRequest(f"messages[{i}].content: only text parts are supported", f"messages[{i}].content")
+                texts.append(part["text"])
+            content = "".join(texts)
+        if not isinstance(content, str):
+            raise BadRequest(f"messages[{i}].content must be a string or a list of text parts",
+                             f"messages[{i}].content")
+        out.append(("system" if m["role"] == "developer" else m["role"], content))
+    return out
+
+
+def _stop(body: dict) -> list[str]:
+    stop = body.get("stop")
+    if stop is None:
+        return []
+    if isinstance(stop, str):
+        return [stop]
+    if isinstance(stop, list) and all(isinstance(s, str) for s in stop):
+        return [s for s in stop if s]
+    raise BadRequest("'stop' must be a string or a list of strings", "stop")
+
+
+def parse(body, state: ServerState, is_chat: bool) -> tuple[Request, dict]:
+    """An OpenAI request body -> the engine's Request and how to render the answer."""
+    engine = state.engine
+    if not isinstance(body, dict):
+        raise BadRequest("the request body must be a JSON object")
+    n = body.get("n", 1)
+    if n != 1:
+        raise BadRequest("only n = 1 is supported", "n", "unsupported_value")
+    if is_chat:
+        tokens = chat.tokenize(engine.model, _messages(body))
+    else:
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+            prompt = prompt[0]
+        if isinstance(prompt, str):
+            tokens = engine.model.tokenize(prompt)  # a raw prompt, as written (llama.cpp's completion semantics)
+        elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool)
+                                                         for t in prompt):
+            tokens = prompt
+        else:
+            raise BadRequest("'prompt' must be a string, a list of one string, or a list of token ids", "prompt")
+    d = state.defaults
+    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+    max_tokens = _number({"max_tokens": max_tokens}, "max_tokens", engine.target.n_ctx, 0, 10 ** 9, integer=True)
+    seed = body.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise BadRequest("'seed' must be an integer", "seed")
+    sampling = SamplingConfig(temperature=_number(body, "temperature", d.temperature, 0, 2),
+                              top_k=_number(body, "top_k", d.top_k, 0, 10 ** 6, integer=True),
+                              top_p=_number(body, "top_p", d.top_p, 1e-9, 1),
+                              min_p=_number(body, "min_p", d.min_p, 0, 1),
+                              seed=None if seed is None or seed < 0 else seed % 2 ** 64)
+    spec = body.get("speculative") or {}
+    if not isinstance(spec, dict):
+        raise BadRequest("'speculative' must be an object: {\"mode\": ..., \"draft_max\": K}", "speculative")
+    mode = spec.get("mode", "auto")
+    if mode not in MODES:
+        raise BadRequest(f"unknown speculative mode {mode!r}; use one of {', '.join(MODES)}", "speculative.mode")
+    draft_max = _number(spec, "draft_max", None, 0, 32, integer=True)
+    if is_chat:
+        want = body.get("logprobs")
+        if want is not None and not isinstance(want, bool):
+            raise BadRequest("'logprobs' must be true or false", "logprobs")
+        logprobs = _number(body, "top_logprobs", 0, 0, 20, integer=True) if want else None
+    else:
+        logprobs = _number(body, "logprobs", None, 0, 5, integer=True)
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise BadRequest("'stream' must be true or false", "stream")
+    options = body.get("stream_options") or {}
+    include_usage = bool(isinstance(options, dict) and options.get("include_usage"))
+    req = Request(list(tokens), max_tokens, sampling, _stop(body), mode, draft_max, logprobs)
+    return req, {"stream": stream, "include_usage": include_usage, "chat": is_chat}
+
+
+# rendering --------------------------------------------------------------------------------------------------------
+def usage(req: Request, n_out: int) -> dict:
+    return {"prompt_tokens": len(req.prompt), "completion_tokens": n_out, "total_tokens": len(req.prompt) + n_out}
+
+
+def timings(stats) -> dict:
+    gen_s = sum(r.seconds for r in stats.rounds)
+    n = stats.n_tokens
+    return {"prompt_n": stats.n_prompt_evaluated, "prompt_ms": 1000 * stats.prompt_s,
+            "predicted_n": n, "predicted_ms": 1000 * gen_s,
+            "predicted_per_second": n / gen_s if gen_s else None,
+            "draft_n": stats.n_drafted, "draft_n_accepted": stats.n_accepted}
+
+
+def _token_entry(model, token: int, logprob: float, top: list[tuple[int, float]]) -> dict:
+    def one(t, lp):
+        raw = model.piece(t)
+        return {"token": raw.decode("utf-8", "replace"), "logprob": lp, "bytes": list(raw)}
+
+    return {**one(token, logprob), "top_logprobs": [one(t, lp) for t, lp in top]}
+
+
+def _finish(reason: str | None) -> str:
+    return reason if reason in ("stop", "length") else "length" if reason else None
+
+
+class Answer:
+    """The events of one request, gathered as they come (for the final JSON and for logprobs)."""
+
+    def __init__(self, state: ServerState, req: Request, how: dict) -> None:
+        self.state, self.req, self.how = state, req, how
+        self.id = ("chatcmpl-" if how["chat"] else "cmpl-") + uuid.uuid4().hex[:24]
+        self.created = int(time.time())
+        self.text: list[str] = []
+        self.logprobs: list[dict] = []
+        self.n_out = 0
+
+    def add(self, ev: Event) -> None:
+        self.text.append(ev.text)
+        if ev.token is not None:
+            self.n_out += 1
+            if ev.logprob is not None:
+                self.logprobs.append(_token_entry(self.state.engine.model, ev.token, ev.logprob, ev.top))
+
+    def _logprobs_block(self, entries: list[dict]):
+        if self.req.logprobs is None:
+            return None
+        if self.how["chat"]:
+            return {"content": entries}
+        return {"tokens": [e["token"] for e in entries], "token_logprobs": [e["logprob"] for e in entries],
+                "top_logprobs": [{t["token"]: t["logprob"] for t in e["top_logprobs"]} for e in entries]}
+
+    def body(self, last: Event) -> dict:
+        text = "".join(self.text)
+        choice = {"index": 0, "logprobs": self._logprobs_block(self.logprobs), "finish_reason": _finish(last.finish_reason)}
+        if self.how["chat"]:
+            choice["message"] = {"role": "assistant", "content": text}
+        else:
+            choice["text"] = text
+        return {"id": self.id, "object": "chat.completion" if self.how["chat"] else "text_completion",
+                "created": self.created, "model": self.state.model_id, "choices": [choice],
+                "usage": usage(self.req, self.n_out), "timings": timings(last.stats)}
+
+    def chunk(self, ev: Event | None, first: bool = False, last: Event | None = None) -> dict:
+        entries = []
+        if ev is not None and ev.logprob is not None:
+            entries = [_token_entry(self.state.engine.model, ev.token, ev.logprob, ev.top)]
+        choice = {"index": 0, "logprobs": self._logprobs_block(entries) if ev is not None else None,
+                  "finish_reason": _finish(last.finish_reason) if last is not None else None}
+        text = ev.text if ev is not None else ""
+        if self.how["chat"]:
+            choice["delta"] = {"role": "assistant", "content": ""} if first else {"content": text} if ev else {}
+        else:
+            choice["text"] = text
+        out = {"id": self.id, "object": "chat.completion.chunk" if self.how["chat"] else "text_completion",
+               "created": self.created, "model": self.state.model_id, "choices": [choice]}
+        if last is not None:
+            out["timings"] = timings(last.stats)
+        return out
+
+
+def _sse(data) -> str:
+    return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+def sse(data) -> str:
+    """One server-sent event."""
+    return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
