@@ -51,6 +51,17 @@ class Group(click.Group):
             raise Interrupted from None
 
 
+RUNTIME_COMMANDS = ("generate", "chat", "serve", "check", "pull", "models")
+
+
+def _load_runtime() -> None:
+    """llama.cpp, numpy and huggingface-hub, imported with Ctrl-C held until they are in (see held_interrupts)."""
+    from .exits import held_interrupts
+
+    with held_interrupts():
+        from . import backend, batch, engine, hub  # noqa: F401
+
+
 @click.group(cls=Group, epilog=EXAMPLES)
 @click.version_option(__version__, prog_name="edgespec")
 @click.pass_context
@@ -68,6 +79,8 @@ def cli(ctx) -> None:
     """
     from .settings import load_config
 
+    if ctx.invoked_subcommand in RUNTIME_COMMANDS:
+        _load_runtime()
     if ctx.invoked_subcommand not in ("generate", "chat", "serve", "config"):
         return  # the other commands read no settings: a broken file must not lock them out
     config = load_config(settable_options())

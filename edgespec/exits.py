@@ -7,9 +7,11 @@ Exit codes: 0 done; 1 could not do what was asked (a model file, a download, the
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
+import threading
 
 import click
 
@@ -23,6 +25,7 @@ def run(command: click.Command, argv: list[str] | None, interrupted: type[BaseEx
     """Run a click command (standalone_mode off, so that this function decides every exit) and exit."""
     for signum in SIGNAL_EXIT:  # stop as Ctrl-C does: what was generated is printed (and a chat kept)
         signal.signal(signum, _terminate)
+    signal.signal(signal.SIGINT, _interrupt)
     if hasattr(sys.stdin, "reconfigure"):  # bytes that are not UTF-8 arrive as lone surrogates, checked in use
         sys.stdin.reconfigure(errors="surrogateescape")
     try:
@@ -59,7 +62,46 @@ def run(command: click.Command, argv: list[str] | None, interrupted: type[BaseEx
 
 
 def _terminate(signum, frame) -> None:
-    raise Terminated(SIGNAL_EXIT.get(signum, 143))
+    if not _deferred(signum, frame):
+        raise Terminated(SIGNAL_EXIT.get(signum, 143))
+
+
+def _interrupt(signum, frame) -> None:
+    if not _deferred(signum, frame):
+        raise KeyboardInterrupt
+
+
+# Python callbacks llama.cpp calls (its log, a load's progress): an exception raised in one cannot cross into C,
+# ctypes prints and drops it, and the signal would be lost (seen: Ctrl-C during start-up ignored, exit 0).
+_CALLBACKS = {("edgespec.backend.llama", "_log_callback"), ("edgespec.backend.llama", "progress"),
+              ("llama_cpp._logger", "llama_log_callback")}
+
+
+@contextlib.contextmanager
+def held_interrupts():
+    """Ctrl-C while third-party packages import (some of them catch exceptions broadly, and one was seen to swallow
+    the KeyboardInterrupt: exit 0 after a full run) is held, and raised once the block is done."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[int] = []
+    old = signal.signal(signal.SIGINT, lambda signum, frame: got.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+    if got:
+        raise KeyboardInterrupt
+
+
+def _deferred(signum: int, frame) -> bool:
+    """Inside such a callback: send the signal again a moment later, once back in ordinary Python code."""
+    while frame is not None:
+        if (frame.f_globals.get("__name__"), frame.f_code.co_name) in _CALLBACKS:
+            threading.Timer(0.005, os.kill, (os.getpid(), signum)).start()
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _say(message: str, code: int, prefix: str = "edgespec: error: ") -> int:
