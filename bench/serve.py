@@ -1,15 +1,20 @@
 """Serving benchmark: per-request time to first token and ms/token (p50, p95) and aggregate tokens/s at several
 levels of concurrency, over the OpenAI HTTP API, for
 
-  edgespec serve   with each request's speculation `auto` (the server's measured choice), `on` (the draft model at
-                   a fixed K) and `off`, one server process for all three;
+  edgespec serve   with each request's speculation `off` and `auto` (the server's measured choice), interleaved on
+                   one server, and `on` (the draft model at a fixed K) on a server of its own;
   llama-server     built from the vendored llama.cpp (bench/build-llama-tools.sh llama-server), with the same pair
-                   (-md, --spec-type draft-simple) and with no draft, when its binary is there.
+                   (-md, --spec-type draft-simple) and with no draft, when its binary is there;
+  llama-cpp-python's server (`python -m llama_cpp.server`, the same build edgespec uses) with no draft and with
+                   its prompt-lookup decoding (it has no draft-model speculation), when its packages are there
+                   (see LCP_SERVER_DEPS below).
 
-Same prompts (bench/workloads.json), greedy, same max tokens; each server runs alone on the machine. Outputs are
-compared with edgespec's `off` run (lossless check). Prints a table; writes bench/results/serve-<config>.json.
+Same prompts (bench/workloads.json), greedy, same max tokens; each server starts fresh and runs alone on the
+machine; each level runs --repeat times per variant, the variants of a server interleaved, each run with a system
+line of its own (no run finds another's prompts in a cache). Outputs are compared with edgespec's `off` run
+(lossless check). Prints a table; writes bench/results/serve-<config>.json.
 
-    .venv/bin/python bench/serve.py --config compute --levels 1,2,4 --prompts 8 --max-tokens 48
+    .venv/bin/python bench/serve.py --config compute --levels 1,2,4,8 --prompts 12 --max-tokens 64 --repeat 2
 """
 from __future__ import annotations
 
@@ -28,6 +33,10 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 LLAMA_SERVER = ROOT / "build" / "llama-tools" / "bin" / "llama-server"
+# llama-cpp-python's own server: its extra's packages installed apart, so edgespec's environment stays as set up:
+#   .venv/bin/pip install --target build/lcp-server-deps 'fastapi>=0.100' 'pydantic-settings>=2.0.1' \
+#       'sse-starlette>=1.6.1' 'starlette-context>=0.3.6,<0.4' PyYAML
+LCP_SERVER_DEPS = ROOT / "build" / "lcp-server-deps"
 
 
 def free_port() -> int:
@@ -36,14 +45,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start(argv: list[str], url: str, timeout: float = 600) -> subprocess.Popen:
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+def start(argv: list[str], url: str, timeout: float = 600, env: dict | None = None,
+          ready: str = "/health") -> subprocess.Popen:
+    """Start a server; return once `ready` answers 200 (llama-cpp-python's has no /health: it listens once loaded)."""
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     end = time.time() + timeout
     while time.time() < end:
         if proc.poll() is not None:
             raise SystemExit(f"{argv[0]} exited: {proc.stderr.read().decode()[-2000:]}")
         try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
+            if httpx.get(url + ready, timeout=2).status_code == 200:
                 return proc
         except httpx.HTTPError:
             pass
@@ -78,8 +89,18 @@ def one(url: str, prompt: str, max_tokens: int, extra: dict, system: str = "You 
     return {"ttft": first - t0, "ms_per_token": 1000 * (end - first) / max(n - 1, 1), "tokens": n, "text": "".join(text)}
 
 
-def level(url: str, prompts: list[str], concurrency: int, max_tokens: int, extra: dict) -> dict:
-    """All prompts, `concurrency` clients at once (each takes the next prompt when its last answer is done)."""
+def rounds(url: str) -> dict:
+    """edgespec's sequence rounds by why they drafted or not (from /metrics)."""
+    out = {}
+    for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
+        if line.startswith('edgespec_rounds_total{reason="'):
+            out[line.split('"')[1]] = int(float(line.rsplit(" ", 1)[1]))
+    return out
+
+
+def level(url: str, prompts: list[str], concurrency: int, max_tokens: int, extra: dict, session: str) -> list[dict]:
+    """All prompts, `concurrency` clients at once (each takes the next prompt when its last answer is done); each
+    answer's numbers, and the wall time of the whole level in the first."""
     results: dict[int, dict] = {}
     todo = list(enumerate(prompts))
     lock = threading.Lock()
@@ -90,8 +111,8 @@ def level(url: str, prompts: list[str], concurrency: int, max_tokens: int, extra
                 if not todo:
                     return
                 i, p = todo.pop(0)
-            # a system line of this level's own: no level finds the prompts of the one before in a cache
-            results[i] = one(url, p, max_tokens, extra, f"You are a helpful assistant (session {concurrency}).")
+            # a system line of this run's own: no run finds the prompts of the one before in a cache
+            results[i] = one(url, p, max_tokens, extra, f"You are a helpful assistant (session {session}).")
 
     t0 = time.perf_counter()
     threads = [threading.Thread(target=client) for _ in range(concurrency)]
@@ -101,16 +122,26 @@ def level(url: str, prompts: list[str], concurrency: int, max_tokens: int, extra
         t.join()
     wall = time.perf_counter() - t0
     rs = [results[i] for i in range(len(prompts))]
+    rs[0]["wall"] = wall
+    return rs
+
+
+def summary(runs: list[list[dict]], concurrency: int) -> dict:
+    """Repeats of one level pooled: percentiles over every answer, tokens/s as all tokens over all wall time."""
+    rs = [r for run in runs for r in run]
 
     def pct(xs, q):
         xs = sorted(xs)
         return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
 
     ttft, mspt = [r["ttft"] * 1000 for r in rs], [r["ms_per_token"] for r in rs]
+    wall = sum(run[0]["wall"] for run in runs)
     return {"concurrency": concurrency, "ttft_p50": statistics.median(ttft), "ttft_p95": pct(ttft, 0.95),
             "ms_per_token_p50": statistics.median(mspt), "ms_per_token_p95": pct(mspt, 0.95),
-            "tokens": sum(r["tokens"] for r in rs), "seconds": wall,
-            "tokens_per_s": sum(r["tokens"] for r in rs) / wall, "texts": [r["text"] for r in rs]}
+            "tokens": sum(r["tokens"] for r in rs), "seconds": wall, "repeats": len(runs),
+            "tokens_per_s": sum(r["tokens"] for r in rs) / wall,
+            "tokens_per_s_each": [sum(r["tokens"] for r in run) / run[0]["wall"] for run in runs],
+            "texts": [r["text"] for r in runs[0]]}
 
 
 def main() -> None:
@@ -120,10 +151,12 @@ def main() -> None:
     parser.add_argument("--levels", default="1,2,4,8")
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--repeat", type=int, default=2, help="runs of each level per variant, interleaved")
     parser.add_argument("--draft-max", type=int, default=4)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--no-llama-server", action="store_true")
     parser.add_argument("--variants", help="only these, e.g. edgespec:off,edgespec:auto (default: all)")
+    parser.add_argument("--out", help="results file (default bench/results/serve-CONFIG.json)")
     args = parser.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
     sys.path.insert(0, str(ROOT / "bench"))
@@ -133,53 +166,89 @@ def main() -> None:
     folder = Path(os.environ.get("EDGESPEC_BENCH_MODELS") or Path.home() / ".cache" / "edgespec-bench")
     target, draft = models_for(args.config, folder)
     parallel = max(levels)
-    # Every variant gets a server of its own, started fresh: no prompt cache carried from one variant to the next.
-    def edgespec(port, mode):
-        return ([str(ROOT / ".venv" / "bin" / "edgespec"), "serve", "-m", str(target), "-d", str(draft), "--port",
-                 str(port), "--parallel", str(parallel), "-c", "2048", "-k", str(args.draft_max), "--threads",
-                 str(args.threads)], {"speculative": {"mode": mode}})
 
-    runs = [("edgespec", "off", lambda p: edgespec(p, "off")), ("edgespec", "on", lambda p: edgespec(p, "draft")),
-            ("edgespec", "auto", lambda p: edgespec(p, "auto"))]
+    def edgespec(port):
+        return [str(ROOT / ".venv" / "bin" / "edgespec"), "serve", "-m", str(target), "-d", str(draft), "--port",
+                str(port), "--parallel", str(parallel), "-c", "2048", "-k", str(args.draft_max), "--threads",
+                str(args.threads)]
+
+    def mode(m):
+        return {"speculative": {"mode": m}}
+
+    # (server, argv for a port, [(variant, request fields)]): the variants of one server are run interleaved,
+    # level by level and repeat by repeat, on one server process: `off` and `auto` share a server as they would
+    # in use (auto learns only from its own requests: off rounds draft nothing); `on` gets its own, so its
+    # drafting does not teach auto.
+    servers = [("edgespec", edgespec, [("off", mode("off")), ("auto", mode("auto"))]),
+               ("edgespec", edgespec, [("on", mode("draft"))])]
     if LLAMA_SERVER.exists() and not args.no_llama_server:
-        def llama(port, with_draft):
-            argv = [str(LLAMA_SERVER), "-m", str(target), "-np", str(parallel), "-c", str(2048 * parallel), "-t",
-                    str(args.threads), "--host", "127.0.0.1", "--port", str(port)]
-            if with_draft:
-                argv += ["-md", str(draft), "--spec-type", "draft-simple", "--spec-draft-n-max", str(args.draft_max),
-                         "-td", str(args.threads)]
-            return argv, {}
+        def llama(with_draft):
+            def argv(port):
+                cmd = [str(LLAMA_SERVER), "-m", str(target), "-np", str(parallel), "-c", str(2048 * parallel), "-t",
+                       str(args.threads), "--host", "127.0.0.1", "--port", str(port)]
+                if with_draft:
+                    cmd += ["-md", str(draft), "--spec-type", "draft-simple", "--spec-draft-n-max",
+                            str(args.draft_max), "-td", str(args.threads)]
+                return cmd
+            return argv
 
-        runs += [("llama-server", "no draft", lambda p: llama(p, False)), ("llama-server", "draft", lambda p: llama(p, True))]
+        servers += [("llama-server", llama(False), [("no draft", {})]), ("llama-server", llama(True), [("draft", {})])]
+    if LCP_SERVER_DEPS.exists() and not args.no_llama_server:
+        def lcp(lookup):
+            def argv(port):
+                cmd = [str(ROOT / ".venv" / "bin" / "python"), "-m", "llama_cpp.server", "--model", str(target),
+                       "--n_ctx", "2048", "--n_threads", str(args.threads), "--n_threads_batch", str(args.threads),
+                       "--host", "127.0.0.1", "--port", str(port)]
+                if lookup:
+                    cmd += ["--draft_model", "prompt-lookup-decoding", "--draft_model_num_pred_tokens",
+                            str(args.draft_max)]
+                return cmd
+            return argv
+
+        servers += [("llama-cpp-py", lcp(False), [("no draft", {})]), ("llama-cpp-py", lcp(True), [("lookup", {})])]
     if args.variants:
-        runs = [r for r in runs if f"{r[0]}:{r[1]}" in args.variants.split(",")]
+        keep = args.variants.split(",")
+        servers = [(n, a, [v for v in vs if f"{n}:{v[0]}" in keep]) for n, a, vs in servers]
+        servers = [s for s in servers if s[2]]
     table, reference = [], {}
-    for name, variant, make in runs:
+    for name, make, variants in servers:
         port = free_port()
-        argv, extra = make(port)
         url = f"http://127.0.0.1:{port}"
-        proc = start(argv, url)
+        lcp_ = name == "llama-cpp-py"
+        proc = start(make(port), url, env=dict(os.environ, PYTHONPATH=str(LCP_SERVER_DEPS)) if lcp_ else None,
+                     ready="/v1/models" if lcp_ else "/health")
         try:
-            one(url, "Say hello.", 8, extra)  # warm: first decode shapes, calibration (a prompt not in the set)
+            one(url, "Say hello.", 8, variants[0][1])  # warm: first decode shapes, calibration (not in the set)
             for c in levels:
-                r = level(url, prompts, c, args.max_tokens, extra)
-                r.update(server=name, variant=variant)
-                if name == "edgespec" and variant == "off":
-                    reference[c] = r["texts"]
-                same = sum(a == b for a, b in zip(r["texts"], reference.get(c, r["texts"])))
-                r["identical_to_off"] = same
-                table.append(r)
-                print(f"{name:<13}{variant:<9} c={c}  ttft p50 {r['ttft_p50']:7.0f} ms  p95 {r['ttft_p95']:7.0f}  "
-                      f"ms/token p50 {r['ms_per_token_p50']:6.1f} p95 {r['ms_per_token_p95']:6.1f}  "
-                      f"{r['tokens_per_s']:6.1f} tok/s  identical to edgespec off: {same}/{len(prompts)}", flush=True)
+                runs: dict[str, list] = {v: [] for v, _ in variants}
+                for rep in range(args.repeat):
+                    for variant, extra in variants:
+                        runs[variant].append(level(url, prompts, c, args.max_tokens, extra, f"{c}.{rep}.{variant}"))
+                for variant, _ in variants:
+                    r = summary(runs[variant], c)
+                    r.update(server=name, variant=variant)
+                    if name == "edgespec" and variant == "off":
+                        reference[c] = r["texts"]
+                    same = sum(a == b for a, b in zip(r["texts"], reference.get(c, r["texts"])))
+                    r["identical_to_off"] = same
+                    if name == "edgespec":  # why rounds drafted or not, so far in this server's life
+                        r["rounds"] = rounds(url)
+                    table.append(r)
+                    each = "/".join(f"{x:.1f}" for x in r["tokens_per_s_each"])
+                    print(f"{name:<13}{variant:<9} c={c}  ttft p50 {r['ttft_p50']:7.0f} ms  p95 {r['ttft_p95']:7.0f}  "
+                          f"ms/token p50 {r['ms_per_token_p50']:6.1f} p95 {r['ms_per_token_p95']:6.1f}  "
+                          f"{r['tokens_per_s']:6.1f} tok/s ({each})  identical to edgespec off: {same}/{len(prompts)}"
+                          + (f"  rounds so far: {r['rounds']}" if "rounds" in r else ""), flush=True)
         finally:
             proc.terminate()
             proc.wait(timeout=60)
     base = {r["concurrency"]: r["tokens_per_s"] for r in table if r["server"] == "edgespec" and r["variant"] == "off"}
     print("\naggregate tokens/s relative to edgespec with speculation off, same run:")
     for r in table:
-        print(f"  {r['server']:<13}{r['variant']:<9} c={r['concurrency']}: {r['tokens_per_s'] / base[r['concurrency']]:.2f}x")
-    out = ROOT / "bench" / "results" / f"serve-{args.config}.json"
+        if r["concurrency"] in base:
+            print(f"  {r['server']:<13}{r['variant']:<9} c={r['concurrency']}: "
+                  f"{r['tokens_per_s'] / base[r['concurrency']]:.2f}x")
+    out = Path(args.out) if args.out else ROOT / "bench" / "results" / f"serve-{args.config}.json"
     out.write_text(json.dumps({"command": " ".join(sys.argv), "levels": table}, indent=1) + "\n")
     print(f"\nwritten: {out}")
 

@@ -1,9 +1,10 @@
 """Many generations at once on one target (and one draft) context: continuous batching, with speculation chosen per
 sequence and per step by measured cost. The engine under `edgespec serve`; usable without HTTP.
 
-Each step: (1) every active sequence gets a draft length K, or none: its request's own (a fixed mode), or (auto)
-the K that most raises the whole batch's tokens per second, from the measured cost of a target decode of m rows
-and each proposer's acceptance, so drafting fades as the batch fills and returns when it empties; (2) prompt lookup
+Each step: (1) every active sequence gets a draft length K, or none: its request's own (a fixed mode), or (auto,
+`scheduling.StepPlanner`) the K that most raises the whole batch's tokens per second, from the measured cost of a
+target decode of m rows, of the draft, and each proposer's acceptance, so drafting fades as the batch fills and
+returns when it empties; (2) prompt lookup
 proposes for free, the draft model drafts for all drafting sequences together, one decode per draft position;
 (3) **one** target decode holds every sequence's rows (1 when plain, K+1 when it speculates); (4) each sequence
 verifies its own rows (greedy, or rejection sampling with its own rng) and rolls back its own cache cells. Requests
@@ -28,12 +29,11 @@ from .proposers import PromptLookupProposer
 from .sampling import GREEDY, SamplingConfig, probabilities, sample
 from .stats import GenerationStats, RoundRecord
 from .text import TextStream
+from .scheduling import Option, StepPlanner
 from .tuning import CostModel
 from .verify import verify_greedy, verify_sampled
 
 MODES = ("auto", "off", "draft", "lookup", "hybrid")
-MARGIN = 0.92  # speculate only where the batch is expected at least 8% faster for it
-PROBE_FIRST, PROBE_LAST = 32, 1024  # steps between probes while the rule keeps every sequence plain (doubling)
 
 
 class QueueFull(EdgespecError):
@@ -120,15 +120,13 @@ class BatchEngine:
         self.auto = "hybrid" if draft and lookup else "draft" if draft else "lookup" if lookup else "off"
         self.max_queue = 4 * parallel if max_queue is None else max_queue
         self.cost = CostModel()  # verify_s: seconds of a target decode of m rows, whatever sequences they belong to
-        self.accept = {"draft": CostModel(), "lookup": CostModel()}  # acceptance by proposer, fed by every sequence
-        self.draft_step_s: float | None = None  # one draft decode (all drafting sequences' rows)
+        self.planner = StepPlanner(self.cost)
         self.metrics: collections.Counter = collections.Counter()
         self._queue: collections.deque[Handle] = collections.deque()
         self._active: list[tuple[Handle, Generation]] = []
         self._cond = threading.Condition()
         self._stopping = False
         self._finish_all: str | None = None
-        self._probe_wait, self._since_probe = PROBE_FIRST, 0
         self.calibrate()
 
     # requests -----------------------------------------------------------------------------------------------
@@ -238,6 +236,7 @@ class BatchEngine:
         llama = self.target.llama_s + (self.draft.llama_s if self.draft else 0.0) - llama0
         for (handle, g), rows_logits in zip(live, logits):
             self._accept(handle, g, rows_logits, time.perf_counter() - t0, llama, t1 - t0 + (t2 - t1), t3 - t2)
+        self.planner.observe_step(time.perf_counter() - t0)
         return True
 
     def _admit(self) -> None:
@@ -271,67 +270,29 @@ class BatchEngine:
 
     # drafting -----------------------------------------------------------------------------------------------
     def _decide(self, gens: list[Generation]) -> None:
-        """Each sequence's proposer and K for this step."""
-        rows, tokens, draft_steps = len(gens), float(len(gens)), 0
+        """Each sequence's proposer and K for this step (scheduling.StepPlanner decides from measured costs)."""
+        options = []
         for g in gens:
             cap = min(self.target.room(g.slot) - 1, g.req.max_tokens - len(g.out) - 1)
             mode = self.auto if g.req.mode == "auto" else g.req.mode
             g.kind = "off" if mode == "off" or cap <= 0 else "lookup" if mode == "lookup" else "draft"
             if mode == "hybrid" and g.lookup.propose(g.seq, 1, g.req.sampling, g.rng).tokens:
                 g.kind = "lookup"  # the text repeats: copy it for free, else the draft model
+            behind = 0
             if g.kind == "draft":
                 cap = min(cap, self.draft.n_ctx - len(g.seq) + 1)  # seq and k-1 drafts in the draft's cells
-            k_max = g.k_max = min(self.draft_max if g.req.draft_max is None else g.req.draft_max, cap)
-            if g.kind == "off" or k_max <= 0:
-                g.kind, g.k, g.reason = "off", 0, "off" if mode == "off" else "full"
-                continue
-            if g.req.mode != "auto":
-                g.k, g.reason = k_max, "fixed"
-            else:
-                g.k, g.reason = self._best_k(g, k_max, rows, tokens, draft_steps)
-            if g.k:
-                acc = self.accept[g.kind].expected(g.k)[g.k]
-                rows, tokens = rows + g.k, tokens + acc - 1
-                if g.kind == "draft":
-                    draft_steps = max(draft_steps, g.k)
-        self._probe(gens)
-        for g in gens:
-            if not g.k:
+                behind = len(g.seq) - 1 - self.draft.common_prefix(g.slot, g.seq)
+            g.k_max = min(self.draft_max if g.req.draft_max is None else g.req.draft_max, cap)
+            options.append(Option(g.kind, g.k_max, g.req.mode == "auto", g.req.max_tokens - len(g.out), behind))
+        for g, o, (k, reason) in zip(gens, options, self.planner.plan(options)):
+            g.k, g.reason = k, reason
+            if reason == "off":
+                g.reason = "off" if (self.auto if g.req.mode == "auto" else g.req.mode) == "off" else "full"
+            if reason == "probe" and g.kind == "draft" and self.auto == "hybrid" and g.lookup.propose(
+                    g.seq, 1, g.req.sampling, g.rng).tokens:
+                g.kind = "lookup"
+            if not k:
                 g.kind = "off"
-
-    def _best_k(self, g: Generation, k_max: int, rows: int, tokens: float, draft_steps: int) -> tuple[int, str]:
-        """The K that most raises the batch's expected tokens per second, given the rows already in this step."""
-        acc = self.accept[g.kind]
-        step_s = self.draft_step_s if g.kind == "draft" else 0.0
-        if acc.n_observed < 3 or step_s is None:
-            return min(k_max, 4), "warm-up"
-        expected = acc.expected(k_max)
-        plain = tokens / (self.cost.t_verify(rows) + draft_steps * step_s)
-        best, best_rate = 0, plain / MARGIN
-        for k in range(1, k_max + 1):
-            steps = max(draft_steps, k) if g.kind == "draft" else draft_steps
-            rate = (tokens + expected[k] - 1) / (self.cost.t_verify(rows + k) + steps * step_s)
-            if rate > best_rate:
-                best, best_rate = k, rate
-        return (best, "cost") if best else (0, "plain")
-
-    def _probe(self, gens: list[Generation]) -> None:
-        """While the rule keeps every auto sequence plain, one of them still drafts 2 tokens now and then, so the
-        shared acceptance stays known: the one whose draft cache is least behind (its catch-up costs least), after a
-        wait that doubles while probes do not change the verdict."""
-        auto = [g for g in gens if g.req.mode == "auto" and g.reason in ("plain", "cost", "warm-up") and g.k_max >= 2]
-        if any(g.k for g in auto):
-            self._probe_wait, self._since_probe = PROBE_FIRST, 0
-            return
-        self._since_probe += 1
-        if not auto or self._since_probe < self._probe_wait:
-            return
-        ctx = self.draft
-        g = min(auto, key=lambda g: len(g.seq) - ctx.common_prefix(g.slot, g.seq) if ctx else 0)
-        g.kind = "lookup" if (self.auto == "lookup" or (self.auto == "hybrid" and g.lookup.propose(
-            g.seq, 1, g.req.sampling, g.rng).tokens)) else "draft"
-        g.k, g.reason = 2, "probe"
-        self._since_probe, self._probe_wait = 0, min(PROBE_LAST, 2 * self._probe_wait)
 
     def _propose(self, gens: list[Generation]) -> None:
         drafting = []
@@ -349,7 +310,9 @@ class BatchEngine:
             keep = min(self.draft.common_prefix(g.slot, g.seq), len(g.seq) - 1)
             self.draft.truncate(g.slot, keep)
             items.append((g.slot, g.seq[keep:], [len(g.seq) - keep - 1]))
+        t0 = time.perf_counter()
         logits = [rows[0] for rows in self.draft.decode(items)]
+        self.planner.observe_catch_up(sum(len(tokens) for _, tokens, _ in items), time.perf_counter() - t0)
         while drafting:
             still, nxt = [], []
             for g, row in zip(drafting, logits):
@@ -367,8 +330,7 @@ class BatchEngine:
             if nxt:
                 t0 = time.perf_counter()
                 logits = [rows[0] for rows in self.draft.decode(nxt)]
-                dt = time.perf_counter() - t0
-                self.draft_step_s = dt if self.draft_step_s is None else self.draft_step_s + 0.2 * (dt - self.draft_step_s)
+                self.planner.observe_draft_step(time.perf_counter() - t0)
 
     # verification -------------------------------------------------------------------------------------------
     def _accept(self, handle: Handle, g: Generation, logits: np.ndarray, seconds: float, llama: float,
@@ -381,7 +343,7 @@ class BatchEngine:
             n, nxt = verify_sampled(p, g.q if g.q else None, prop, g.rng)
         self.target.truncate(g.slot, len(g.seq) + n)  # seq[:-1] + seq[-1] + the accepted drafts
         if prop:
-            self.accept[g.kind].observe_acceptance(len(prop), n)
+            self.planner.accept[g.kind].observe_acceptance(len(prop), n)
             self.metrics[f"drafted_{g.kind}"] += len(prop)
             self.metrics[f"accepted_{g.kind}"] += n
             self.metrics["rounds_speculative"] += 1
@@ -445,6 +407,16 @@ class BatchEngine:
             self.target.decode([(0, filler * m, range(m))])
             self.cost.observe_verify(m, time.perf_counter() - t0)
             self.target.clear(0)
+        if self.draft is not None:  # a draft step, and the draft reading a prompt (its catch-up), per token
+            self.draft.decode([(0, filler, [0])])
+            t0 = time.perf_counter()
+            self.draft.decode([(0, filler, [0])])
+            self.planner.observe_draft_step(time.perf_counter() - t0)
+            m = min(32, self.draft.n_ctx - 2)
+            t0 = time.perf_counter()
+            self.draft.decode([(0, filler * m, [m - 1])])
+            self.planner.observe_catch_up(m, time.perf_counter() - t0)
+            self.draft.clear(0)
 
     def close(self) -> None:
         for ctx in (self.draft, self.target):

@@ -4,15 +4,13 @@ Invariant at the top of each round: the target's cache holds seq[:-1]; seq[-1] (
 the same batch as the draft, so one target call scores the K drafts and yields the bonus row. With no proposer,
 or k = 0, the very same path is plain one-token-at-a-time decoding: the baseline shares every line of it.
 
-A proposer may be a chain of parts (`proposer.parts`, e.g. the hybrid: prompt lookup, then the draft model). Each
-part has its own draft-length policy, fed its own costs and acceptance; in a round each part in turn proposes from
-where the earlier ones stopped, up to the round length its own policy wants.
+Who drafts how many tokens in a round (the proposer chain and its draft-length policies) is drafting.py's; one
+generation's state is a _Run.
 """
 from __future__ import annotations
 
 import os
 import time
-import weakref
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
@@ -22,11 +20,12 @@ from . import chat
 from .backend import Context, Model
 from .errors import ContextOverflowError, EdgespecError, InvalidArgument
 from .pairing import VocabInfo, check_pair
-from .proposers import EMPTY, DraftModelProposer, HybridProposer, PromptLookupProposer, Proposal, Proposer
+from .drafting import Chain, Drafting, parts
+from .proposers import EMPTY, DraftModelProposer, HybridProposer, PromptLookupProposer, Proposer
 from .sampling import GREEDY, SamplingConfig, probabilities
 from .stats import GenerationStats, RoundRecord
 from .text import TextStream
-from .tuning import CostModel, Decision, DraftLength
+from .tuning import CostModel, DraftLength
 from .turns import Turns
 from .verify import verify_greedy, verify_sampled
 
@@ -74,13 +73,10 @@ class Engine:
         self.model: Model = target.model
         self.proposer = proposer
         self.draft_max, self.adaptive = draft_max, adaptive
-        # One draft-length policy per proposer (acceptance and draft cost are the proposer's own); the target's
-        # verify timings are the same whoever drafts, so all policies share them. What a policy learned (costs,
-        # acceptance, a fallback and its backoff) carries across texts and across per-call limits.
         self._cost = cost or CostModel()
-        self._policies: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._drafting = Drafting(draft_max, adaptive, self._cost)
         if proposer is not None:
-            self._policies[_parts(proposer)[0]] = DraftLength(draft_max, adaptive, self._cost)
+            self._drafting.policy(parts(proposer)[0])  # the engine's own proposer times the shared verify costs
         self._turns = Turns()
         self.closed = False
 
@@ -88,15 +84,12 @@ class Engine:
     def drafting(self) -> str:
         """What drafts for the target, in words (for banners and logs)."""
         names = {"PromptLookupProposer": "prompt-lookup drafting", "DraftModelProposer": "a draft model"}
-        parts = [names.get(type(p).__name__, type(p).__name__) for p in _parts(self.proposer)] if self.proposer else []
-        return "with " + " and ".join(parts) if parts else "without speculation (plain decoding)"
+        named = [names.get(type(p).__name__, type(p).__name__) for p in parts(self.proposer)] if self.proposer else []
+        return "with " + " and ".join(named) if named else "without speculation (plain decoding)"
 
     def policy(self, proposer: Proposer) -> DraftLength:
         """The draft-length policy (and cost model) this engine keeps for a proposer (or a part of a chain)."""
-        if proposer not in self._policies:
-            self._policies[proposer] = DraftLength(self.draft_max, self.adaptive,
-                                                   CostModel(verify_s=self._cost.verify_s))
-        return self._policies[proposer]
+        return self._drafting.policy(proposer)
 
     @classmethod
     def load(
@@ -196,38 +189,30 @@ class Engine:
         if not all(isinstance(s, str) for s in stop):
             raise InvalidArgument("stop must be a string or a list of strings")
         proposer = (proposer or self.proposer) if speculative else None
-        # Per-call limits apply to this call only; the policy itself (and what it learned) is the engine's.
-        plan = [(part, self.policy(part), draft_max, adaptive) for part in (_parts(proposer) if proposer else ())]
+        # Per-call limits apply to this call only; the policies themselves (and what they learned) are the engine's.
+        chain = self._drafting.chain(proposer, draft_max, adaptive) if proposer else None
         turn = self._turns.begin()
         try:
             self._check_open()
-            for _, policy, _, _ in plan:
-                policy.new_text()
-            rng = np.random.default_rng(sampling.seed)
-            stats = GenerationStats(n_prompt=len(seq))
-            self._prefill(seq, proposer, stats)
-            adaptive_now = any(policy.adaptive if a is None else a for _, policy, _, a in plan)
-            if adaptive_now and len(self._cost.verify_s) < 2:  # plain rounds time m = 1 only
+            run = _Run(seq, sampling, max_tokens, TextStream(stop), GenerationStats(n_prompt=len(seq)),
+                       np.random.default_rng(sampling.seed), chain)
+            self._prefill(run)
+            if chain is not None and chain.measures and len(self._cost.verify_s) < 2:  # plain rounds time m = 1
                 t0 = time.perf_counter()
                 self.calibrate()
-                stats.prompt_s += time.perf_counter() - t0  # once per engine: set-up, not generation
-
-            out: list[int] = []
-            text = TextStream(stop)
+                run.stats.prompt_s += time.perf_counter() - t0  # once per engine: set-up, not generation
             finish = "length" if max_tokens == 0 else None
             while finish is None:
                 room = self.target.room  # this round decodes seq[-1] and k drafts: k + 1 cells
                 if room < 1:
                     finish = "length"
                     break
-                cap = min(room - 1, max_tokens - len(out) - 1)
-                emitted, finish = self._round(seq, out, cap, plan, proposer, sampling, rng, text, stats, max_tokens)
+                emitted, finish = self._round(run, min(room - 1, max_tokens - len(run.out) - 1))
                 for tok, source, piece in emitted:
                     yield Response(piece, tok, source is not None, source)
                     turn.check()  # resumed after a later generation took the caches: stop, do not mix texts
-            tail = text.flush()
-            result = GenerationResult(text.text, out, finish, stats)
-            yield Response(tail, finish_reason=finish, result=result)
+            tail = run.text.flush()
+            yield Response(tail, finish_reason=finish, result=GenerationResult(run.text.text, run.out, finish, run.stats))
         finally:
             self._turns.end(turn)
 
@@ -235,80 +220,46 @@ class Engine:
         if self.closed:
             raise EdgespecError("this engine is closed; load a new one with edgespec.Engine.load")
 
-    def _prefill(self, seq: list[int], proposer: Proposer | None, stats: GenerationStats) -> None:
+    def _prefill(self, run: "_Run") -> None:
         t0 = time.perf_counter()
         # Reuse whatever prefix the cache already holds (a previous turn); seq[-1] is decoded by the first round.
-        stats.n_prompt_evaluated = self.target.sync(seq[:-1])
-        if proposer is not None:
-            proposer.begin(seq)
-        stats.prompt_s = time.perf_counter() - t0
+        run.stats.n_prompt_evaluated = self.target.sync(run.seq[:-1])
+        if run.chain is not None:
+            run.chain.begin(run.seq)
+        run.stats.prompt_s = time.perf_counter() - t0
 
-    def _propose(self, seq, cap, plan, sampling, rng, stats):
-        """Each part of the chain proposes in turn, from where the earlier ones stopped, up to the round length its
-        own policy wants. Returns the joint Proposal and, per part that proposed, (part, policy, start, n, key,
-        seconds); the decisions' reasons go into the round's record."""
-        tokens: list[int] = []
-        qs: list[np.ndarray | None] = []
-        sources: list[str] = []
-        sampled = False
-        done, reasons = [], []
-        for part, policy, k_max, adaptive in plan:
-            decision = policy.decide(cap, k_max, adaptive) if len(tokens) < cap else Decision(0, "full")
-            reasons.append(decision.reason)
-            if decision.reason == "fallback" and decision.why:
-                stats.fallbacks.append({"round": stats.n_rounds, "why": decision.why})
-            if decision.reason not in ("free", "fixed") and len(done) == 1 and decision.k > 0:
-                _, lead_policy, _, n_lead, lead_key, _ = done[0]
-                if policy.alone_is_better(decision.k, lead_policy.keyed(lead_key), n_lead):
-                    # this part's own draft is expected to do better than following the earlier one's
-                    tokens, qs, sources, done, sampled = [], [], [], [], False
-                    reasons[0] = "dropped"
-            k = decision.k - len(tokens)
-            if k <= 0:
-                continue
-            t0 = time.perf_counter()
-            prop = part.propose(seq + tokens if tokens else seq, k, sampling, rng)
-            seconds = time.perf_counter() - t0
-            n = policy.keep(len(prop.tokens), prop.key) if decision.reason == "free" else len(prop.tokens)
-            done.append((part, policy, len(tokens), n, prop.key, seconds))
-            tokens += prop.tokens[:n]
-            sources += prop.sources[:n]
-            qs += list(prop.q[:n]) if prop.q is not None else [None] * n
-            sampled = sampled or prop.q is not None
-        return Proposal(tokens, qs if sampled else None, sources), done, "+".join(reasons) or "fixed"
-
-    def _round(self, seq, out, cap, plan, proposer, sampling, rng, text, stats, max_tokens):
-        """One propose -> verify -> accept step. Returns the emitted (token, source, text) and a finish reason."""
-        llama0 = self._llama_seconds(proposer)
+    def _round(self, run: "_Run", cap: int) -> tuple[list[tuple[int, str | None, str]], str | None]:
+        """One propose -> verify -> accept step, at most cap drafts. Returns the emitted (token, source, text) and a
+        finish reason."""
+        seq, stats = run.seq, run.stats
+        llama0 = self._llama_seconds(run)
         t0 = time.perf_counter()
-        prop, parts, reason = self._propose(seq, cap, plan, sampling, rng, stats) if cap > 0 else (EMPTY, [], "fixed")
+        prop, reason = run.chain.propose(seq, cap, run.sampling, run.rng, stats) if run.chain else (EMPTY, "fixed")
         t1 = time.perf_counter()
         batch = [seq[-1], *prop.tokens]
         t2 = time.perf_counter()
         logits = self.target.decode(batch, range(len(batch)))
         t3 = time.perf_counter()
-        if sampling.greedy:
+        if run.sampling.greedy:
             n, nxt = verify_greedy(logits.argmax(axis=1), prop.tokens)
         else:
-            p = np.stack([probabilities(row, sampling) for row in logits])
-            n, nxt = verify_sampled(p, prop.q, prop.tokens, rng)
+            p = np.stack([probabilities(row, run.sampling) for row in logits])
+            n, nxt = verify_sampled(p, prop.q, prop.tokens, run.rng)
         # Keep seq[:-1] + seq[-1] + the accepted drafts: once nxt is appended, that is the new seq[:-1].
         self.target.truncate(len(seq) + n)
-        for part, policy, start, n_part, key, seconds in parts:
-            tested = n >= start  # every token before this part's passed
-            part.accepted(min(n_part, n - start) if tested else 0)
-            policy.observe(n_part, min(n_part, n - start) if tested else None, seconds, key)
+        if run.chain is not None:
+            run.chain.accepted(n)
         emitted, finish = [], None
         for tok, source in [*zip(prop.tokens[:n], prop.sources[:n]), (nxt, None)]:
             if self.model.is_eog(tok):
                 finish = "stop"
                 break
-            out.append(tok)
+            run.out.append(tok)
             seq.append(tok)
-            emitted.append((tok, source, text.push(self.model.piece(tok))))
-            if text.stopped:
+            emitted.append((tok, source, run.text.push(self.model.piece(tok))))
+            if run.text.stopped:
                 finish = "stop"
-            elif len(out) >= max_tokens:
+            elif len(run.out) >= run.max_tokens:
                 finish = "length"
             if finish:
                 break
@@ -316,7 +267,7 @@ class Engine:
         for phase, dt in (("draft", t1 - t0), ("prepare", t2 - t1), ("verify", t3 - t2), ("accept", t4 - t3)):
             stats.phase_s[phase] += dt
         self._cost.observe_verify(len(batch), t3 - t2)
-        stats.add_round(RoundRecord(len(prop.tokens), n, len(emitted), t4 - t0, self._llama_seconds(proposer) - llama0,
+        stats.add_round(RoundRecord(len(prop.tokens), n, len(emitted), t4 - t0, self._llama_seconds(run) - llama0,
                                     reason, tuple(prop.sources)))
         return emitted, finish
 
@@ -338,8 +289,8 @@ class Engine:
             self._cost.observe_verify(m, t)
         return curve
 
-    def _llama_seconds(self, proposer: Proposer | None) -> float:
-        return self.target.llama_s + (proposer.llama_seconds() if proposer is not None else 0.0)
+    def _llama_seconds(self, run: "_Run") -> float:
+        return self.target.llama_s + (run.chain.llama_seconds() if run.chain is not None else 0.0)
 
     def close(self) -> None:
         """Free both models and their caches (waiting for a generation running in another thread to finish).
@@ -363,6 +314,15 @@ class Engine:
         self.close()
 
 
-def _parts(proposer: Proposer) -> Sequence[Proposer]:
-    """The chain a proposer stands for: its parts, or itself alone."""
-    return getattr(proposer, "parts", None) or (proposer,)
+@dataclass
+class _Run:
+    """One generation's state: the text so far (prompt included), what it generated, its chain and its rng."""
+
+    seq: list[int]
+    sampling: SamplingConfig
+    max_tokens: int
+    text: TextStream
+    stats: GenerationStats
+    rng: np.random.Generator
+    chain: Chain | None
+    out: list[int] = field(default_factory=list)

@@ -277,3 +277,62 @@ def test_a_model_that_cannot_load_is_one_line_and_exit_1(tmp_path):
     r = subprocess.run([sys.executable, "-m", "edgespec", "serve", "-m", str(bad), "--port", str(free_port())],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and r.stderr.count("\n") == 1 and "could not load" in r.stderr, r.stderr
+
+
+def _served_together_equal_the_target_alone(target, draft, prompts, modes, max_tokens):
+    """Chat requests from concurrent `openai` clients (more requests than sequences), greedy: each answer is the F16
+    target's own, as written alone in this process. Returns the proposed tokens counted by the server."""
+    import edgespec
+
+    with edgespec.Engine.load(target, n_ctx=2048) as alone:
+        ref = {p: alone.generate(alone.tokenize_chat([("user", p)]), max_tokens=max_tokens, speculative=False).text
+               for p in prompts}
+    server = Server("-m", target, "-d", draft, "--lookup", "-c", "2048", "--parallel", "4", "-k", "4")
+    try:
+        client = server.client()
+        for mode in modes:
+            got, errors = {}, []
+
+            def ask(p):
+                try:
+                    r = client.chat.completions.create(model="x", messages=[{"role": "user", "content": p}],
+                                                       max_tokens=max_tokens, temperature=0,
+                                                       extra_body={"speculative": {"mode": mode}})
+                    got[p] = r.choices[0].message.content
+                except Exception as e:  # noqa: BLE001 - reported below
+                    errors.append(e)
+
+            threads = [threading.Thread(target=ask, args=(p,)) for p in prompts]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(timeout=600)
+            assert not errors and {p: got.get(p) for p in prompts} == ref, mode
+        return sum(server.metric(f'drafted_tokens_total{{proposer="{k}"}}') for k in ("draft", "lookup"))
+    finally:
+        assert server.stop() == 0
+
+
+@pytest.mark.realmodel
+def test_smollm_f16_served_to_concurrent_clients_equals_the_target_alone(tmp_path):
+    """SmolLM2 in F16 (its batched and single-row logits agree, so identity is exact) with its Q4_1 file drafting."""
+    from edgespec import backend, default_model
+    from test_real_models import PROMPTS as REAL
+
+    target = tmp_path / "smollm2-f16.gguf"
+    backend.quantize(default_model.path(), target, "F16")
+    prompts = REAL + ["Count from one to twenty.", "Name three rivers in Europe.", "What is 12 times 12?"]
+    drafted = _served_together_equal_the_target_alone(target, default_model.path(), prompts,
+                                                      ["draft", "hybrid", "auto"], max_tokens=40)
+    assert drafted > 100
+
+
+@pytest.mark.slow
+def test_qwen_f16_served_to_concurrent_clients_equals_the_target_alone():
+    from test_real_models import PROMPTS as REAL, bench_dir
+
+    target, draft = bench_dir() / "qwen2.5-coder-1.5b-instruct-f16.gguf", bench_dir() / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+    if not target.exists() or not draft.exists():
+        pytest.skip("Qwen2.5-Coder F16 target or draft not present (../shared/models/fetch-bench-models.sh, "
+                    "make-f16-target.py)")
+    assert _served_together_equal_the_target_alone(target, draft, REAL[:6], ["draft", "auto"], max_tokens=32) > 50
