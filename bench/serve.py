@@ -1,20 +1,23 @@
 """Serving benchmark: per-request time to first token and ms/token (p50, p95) and aggregate tokens/s at several
 levels of concurrency, over the OpenAI HTTP API, for
 
-  edgespec serve   with each request's speculation `off` and `auto` (the server's measured choice), interleaved on
-                   one server, and `on` (the draft model at a fixed K) on a server of its own;
+  edgespec serve   with each request's speculation `off`, `auto` (the server's measured choice) and `on` (the
+                   draft model at a fixed K);
   llama-server     built from the vendored llama.cpp (bench/build-llama-tools.sh llama-server), with the same pair
                    (-md, --spec-type draft-simple) and with no draft, when its binary is there;
   llama-cpp-python's server (`python -m llama_cpp.server`, the same build edgespec uses) with no draft and with
                    its prompt-lookup decoding (it has no draft-model speculation), when its packages are there
                    (see LCP_SERVER_DEPS below).
 
-Same prompts (bench/workloads.json), greedy, same max tokens; each server starts fresh and runs alone on the
-machine; each level runs --repeat times per variant, the variants of a server interleaved, each run with a system
-line of its own (no run finds another's prompts in a cache). Outputs are compared with edgespec's `off` run
-(lossless check). Prints a table; writes bench/results/serve-<config>.json.
+Same prompts (bench/workloads.json), greedy, same max tokens; each variant on a fresh server of its own, nothing
+else running on the machine; each level runs --repeat times, each run with a system line of its own (no run finds
+the prompts of the one before in a cache). With --together the servers of the variants compared are up at once
+and their runs alternate (request by request at one client), so the machine's slow minutes fall on all alike; use
+it for the ratios that matter (edgespec auto against off). Outputs are compared with edgespec's `off` run
+(lossless check). Prints a table; writes bench/results/serve-<config>.json (or --out).
 
-    .venv/bin/python bench/serve.py --config compute --levels 1,2,4,8 --prompts 12 --max-tokens 64 --repeat 2
+    .venv/bin/python bench/serve.py --config compute --variants edgespec:off,edgespec:auto --together --repeat 2
+    .venv/bin/python bench/serve.py --config compute --repeat 1      # every variant, one server at a time
 """
 from __future__ import annotations
 
@@ -151,7 +154,9 @@ def main() -> None:
     parser.add_argument("--levels", default="1,2,4,8")
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--repeat", type=int, default=2, help="runs of each level per variant, interleaved")
+    parser.add_argument("--repeat", type=int, default=2, help="runs of each level per variant")
+    parser.add_argument("--together", action="store_true",
+                        help="all variants' servers up at once, their runs alternated (compare few variants)")
     parser.add_argument("--draft-max", type=int, default=4)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--no-llama-server", action="store_true")
@@ -175,12 +180,8 @@ def main() -> None:
     def mode(m):
         return {"speculative": {"mode": m}}
 
-    # (server, argv for a port, [(variant, request fields)]): the variants of one server are run interleaved,
-    # level by level and repeat by repeat, on one server process: `off` and `auto` share a server as they would
-    # in use (auto learns only from its own requests: off rounds draft nothing); `on` gets its own, so its
-    # drafting does not teach auto.
-    servers = [("edgespec", edgespec, [("off", mode("off")), ("auto", mode("auto"))]),
-               ("edgespec", edgespec, [("on", mode("draft"))])]
+    # Each variant: (server, variant, argv for a port, request fields); a fresh server process each.
+    variants = [("edgespec", v, edgespec, mode(m)) for v, m in (("off", "off"), ("auto", "auto"), ("on", "draft"))]
     if LLAMA_SERVER.exists() and not args.no_llama_server:
         def llama(with_draft):
             def argv(port):
@@ -192,7 +193,7 @@ def main() -> None:
                 return cmd
             return argv
 
-        servers += [("llama-server", llama(False), [("no draft", {})]), ("llama-server", llama(True), [("draft", {})])]
+        variants += [("llama-server", "no draft", llama(False), {}), ("llama-server", "draft", llama(True), {})]
     if LCP_SERVER_DEPS.exists() and not args.no_llama_server:
         def lcp(lookup):
             def argv(port):
@@ -205,27 +206,44 @@ def main() -> None:
                 return cmd
             return argv
 
-        servers += [("llama-cpp-py", lcp(False), [("no draft", {})]), ("llama-cpp-py", lcp(True), [("lookup", {})])]
+        variants += [("llama-cpp-py", "no draft", lcp(False), {}), ("llama-cpp-py", "lookup", lcp(True), {})]
     if args.variants:
         keep = args.variants.split(",")
-        servers = [(n, a, [v for v in vs if f"{n}:{v[0]}" in keep]) for n, a, vs in servers]
-        servers = [s for s in servers if s[2]]
+        variants = [v for v in variants if f"{v[0]}:{v[1]}" in keep]
+    # --together: every variant's server up at once (idle ones wait without computing), the variants alternated
+    # request by request at one client and level by level above, so a slow minute of the machine falls on all
+    # alike. Otherwise one server at a time.
+    groups = [variants] if args.together else [[v] for v in variants]
     table, reference = [], {}
-    for name, make, variants in servers:
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
-        lcp_ = name == "llama-cpp-py"
-        proc = start(make(port), url, env=dict(os.environ, PYTHONPATH=str(LCP_SERVER_DEPS)) if lcp_ else None,
-                     ready="/v1/models" if lcp_ else "/health")
+    for group in groups:
+        procs, urls = [], []
         try:
-            one(url, "Say hello.", 8, variants[0][1])  # warm: first decode shapes, calibration (not in the set)
+            for name, variant, make, extra in group:
+                port = free_port()
+                url = f"http://127.0.0.1:{port}"
+                lcp_ = name == "llama-cpp-py"
+                procs.append(start(make(port), url, ready="/v1/models" if lcp_ else "/health",
+                                   env=dict(os.environ, PYTHONPATH=str(LCP_SERVER_DEPS)) if lcp_ else None))
+                urls.append(url)
+                one(url, "Say hello.", 8, extra)  # warm: first decode shapes, calibration (not in the set)
             for c in levels:
-                runs: dict[str, list] = {v: [] for v, _ in variants}
+                runs: list[list] = [[] for _ in group]
                 for rep in range(args.repeat):
-                    for variant, extra in variants:
-                        runs[variant].append(level(url, prompts, c, args.max_tokens, extra, f"{c}.{rep}.{variant}"))
-                for variant, _ in variants:
-                    r = summary(runs[variant], c)
+                    # the same system line for every variant of a run (each has its own server, so no cache
+                    # holds another's prompts), a new one per run
+                    if c == 1:
+                        done: list[list] = [[] for _ in group]
+                        for i, p in enumerate(prompts):
+                            for j in [(i + k) % len(group) for k in range(len(group))]:
+                                done[j] += level(urls[j], [p], 1, args.max_tokens, group[j][3], f"1.{rep}.{i}")
+                        for j, rs in enumerate(done):
+                            rs[0]["wall"] = sum(r.pop("wall") for r in rs)
+                            runs[j].append(rs)
+                        continue
+                    for j in [(rep + k) % len(group) for k in range(len(group))]:
+                        runs[j].append(level(urls[j], prompts, c, args.max_tokens, group[j][3], f"{c}.{rep}"))
+                for (name, variant, _, _), url, rs in zip(group, urls, runs):
+                    r = summary(rs, c)
                     r.update(server=name, variant=variant)
                     if name == "edgespec" and variant == "off":
                         reference[c] = r["texts"]
@@ -240,8 +258,9 @@ def main() -> None:
                           f"{r['tokens_per_s']:6.1f} tok/s ({each})  identical to edgespec off: {same}/{len(prompts)}"
                           + (f"  rounds so far: {r['rounds']}" if "rounds" in r else ""), flush=True)
         finally:
-            proc.terminate()
-            proc.wait(timeout=60)
+            for proc in procs:
+                proc.terminate()
+                proc.wait(timeout=60)
     base = {r["concurrency"]: r["tokens_per_s"] for r in table if r["server"] == "edgespec" and r["variant"] == "off"}
     print("\naggregate tokens/s relative to edgespec with speculation off, same run:")
     for r in table:

@@ -4,12 +4,12 @@ sequence and per step by measured cost. The engine under `edgespec serve`; usabl
 Each step: (1) every active sequence gets a draft length K, or none: its request's own (a fixed mode), or (auto,
 `scheduling.StepPlanner`) the K that most raises the whole batch's tokens per second, from the measured cost of a
 target decode of m rows, of the draft, and each proposer's acceptance, so drafting fades as the batch fills and
-returns when it empties; (2) prompt lookup
-proposes for free, the draft model drafts for all drafting sequences together, one decode per draft position;
-(3) **one** target decode holds every sequence's rows (1 when plain, K+1 when it speculates); (4) each sequence
+returns when it empties; (2) prompt lookup proposes for free, the draft model drafts for all drafting sequences
+together, one decode per draft position; (3) **one** target decode holds every sequence's rows (1 when plain, K+1
+when it speculates) and, up to the batch size, the prompt tokens of requests that just joined; (4) each sequence
 verifies its own rows (greedy, or rejection sampling with its own rng) and rolls back its own cache cells. Requests
 join and leave between steps; a free sequence slot whose cache shares the longest prefix with a new prompt is
-reused.
+reused, and only the rest of the prompt is decoded.
 """
 from __future__ import annotations
 
@@ -83,6 +83,7 @@ class Generation:
         self.reason = "off"
         self.proposal: list[int] = []
         self.q: list[np.ndarray | None] = []
+        self.pending: list[int] = []  # prompt tokens not yet in the target's cache
         self.finish: str | None = None
         self.started = time.perf_counter()
 
@@ -220,53 +221,67 @@ class BatchEngine:
             return False
         t0 = time.perf_counter()
         llama0 = self.target.llama_s + (self.draft.llama_s if self.draft else 0.0)
-        gens = [g for _, g in live]
-        self._decide(gens)
+        ready = [(h, g) for h, g in live if not g.pending]
+        gens = [g for _, g in ready]
+        if gens:
+            self._decide(gens)
         t1 = time.perf_counter()
         self._propose(gens)
         t2 = time.perf_counter()
         items = [(g.slot, [g.seq[-1], *g.proposal], range(1 + len(g.proposal))) for g in gens]
         rows = sum(len(tokens) for _, tokens, _ in items)
-        logits = self.target.decode(items)
+        chunks = self._prompt_chunks([g for _, g in live if g.pending], self.target.n_batch - rows)
+        logits = self.target.decode(items + [(g.slot, chunk, ()) for g, chunk in chunks])
         t3 = time.perf_counter()
-        self.cost.observe_verify(rows, t3 - t2)
+        for g, chunk in chunks:
+            del g.pending[:len(chunk)]
+            if not g.pending:
+                g.stats.prompt_s = t3 - g.started  # from joining to its prompt's last step
+        if not chunks:  # prompt rows would make it a prefill's timing, not a verify's
+            self.cost.observe_verify(rows, t3 - t2)
         self.metrics["steps"] += 1
         self.metrics["batch_rows"] += rows
         self.metrics["last_batch_rows"] = rows
+        self.metrics["prompt_rows"] += sum(len(c) for _, c in chunks)
         llama = self.target.llama_s + (self.draft.llama_s if self.draft else 0.0) - llama0
-        for (handle, g), rows_logits in zip(live, logits):
+        for (handle, g), rows_logits in zip(ready, logits):
             self._accept(handle, g, rows_logits, time.perf_counter() - t0, llama, t1 - t0 + (t2 - t1), t3 - t2)
         self.planner.observe_step(time.perf_counter() - t0)
         return True
 
+    @staticmethod
+    def _prompt_chunks(filling: list[Generation], budget: int) -> list[tuple[Generation, list[int]]]:
+        """Prompt tokens that join this step's decode: the oldest requests' first, up to budget tokens in all (at
+        least one chunk, so a prompt always advances)."""
+        out = []
+        for g in filling:
+            chunk = g.pending[:max(budget, 1 if not out else 0)]
+            if not chunk:
+                break
+            out.append((g, chunk))
+            budget -= len(chunk)
+        return out
+
     def _admit(self) -> None:
-        while True:
-            with self._cond:  # only the line is shared with submit(): the prefill runs without the lock
-                if not self._queue or len(self._active) >= self.parallel:
-                    return
+        """Free sequences take waiting requests; their prompts are decoded by the next steps, with everyone's rows."""
+        with self._cond:
+            while self._queue and len(self._active) < self.parallel:
                 handle = self._queue.popleft()
-            if handle.cancelled:
-                continue
-            g = Generation(handle.req, self._slot_for(handle.req.prompt))
-            self._prefill(g)
-            self._active.append((handle, g))
+                if handle.cancelled:
+                    continue
+                g = Generation(handle.req, self._slot_for(handle.req.prompt))
+                keep = min(self.target.common_prefix(g.slot, g.seq), len(g.seq) - 1)
+                self.target.truncate(g.slot, keep)
+                g.pending = g.seq[keep:-1]  # seq[-1] is decoded by its first step, with the drafts
+                g.stats.n_prompt_evaluated = len(g.pending)
+                self.metrics["prompt_tokens"] += len(g.seq)
+                self._active.append((handle, g))
 
     def _slot_for(self, prompt: list[int]) -> int:
         """The free slot whose cache shares the longest prefix with the prompt (same system prompt, next turn)."""
         busy = {g.slot for _, g in self._active}
         free = [s for s in range(self.parallel) if s not in busy]
         return max(free, key=lambda s: self.target.common_prefix(s, prompt))
-
-    def _prefill(self, g: Generation) -> None:
-        t0 = time.perf_counter()
-        keep = min(self.target.common_prefix(g.slot, g.seq), len(g.seq) - 1)
-        self.target.truncate(g.slot, keep)
-        todo = g.seq[keep:-1]  # seq[-1] is decoded by the first step, with the drafts
-        if todo:
-            self.target.decode([(g.slot, todo, ())])
-        g.stats.n_prompt_evaluated = len(todo)
-        g.stats.prompt_s = time.perf_counter() - t0
-        self.metrics["prompt_tokens"] += len(g.seq)
 
     # drafting -----------------------------------------------------------------------------------------------
     def _decide(self, gens: list[Generation]) -> None:

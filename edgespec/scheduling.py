@@ -9,8 +9,9 @@ A sequence drafts the K that most raises the batch's tokens per second, by at le
 the batch fills (the verify rows stop being free) and returns when it empties.
 
 While the rule keeps every sequence plain, one sequence still drafts 2 tokens now and then so acceptance stays
-known: the one whose probe costs least, only once the probes' cost stays under `probe_share` of the time since the
-last one, and less often (doubling) while probes do not change the verdict.
+known: only where a draft that passed whole would pay (else no acceptance could change the verdict), the one whose
+probe costs least, once the probes' cost stays under `probe_share` of the time since the last one, and less often
+(doubling) while probes do not change the verdict.
 """
 from __future__ import annotations
 
@@ -99,11 +100,27 @@ class StepPlanner:
         self._steps += 1
         if not auto or self._steps < self._wait:
             return
+        auto = [i for i in auto if self._could_pay(options[i], rows, float(len(options)), draft_steps)]
+        if not auto:
+            return
         i = min(auto, key=lambda i: self._probe_cost(options[i], rows, draft_steps))
         if self._probe_cost(options[i], rows, draft_steps) > self.probe_share * self._seconds:
             return
         out[i] = (PROBE_K, "probe")
         self._steps, self._seconds, self._wait = 0, 0.0, min(self.probe_last, 2 * self._wait)
+
+    def _could_pay(self, o: Option, rows: int, tokens: float, draft_steps: int) -> bool:
+        """Whether drafting would pay for this sequence if every drafted token passed: where even that loses (a
+        compute-bound target, a full batch), no acceptance could change the verdict and a probe learns nothing."""
+        step_s = (self.draft_step_s or 0.0) if o.kind == "draft" else 0.0
+        plain = tokens / (self.cost.t_verify(rows) + draft_steps * step_s) / self.margin
+        for k in range(1, o.k_max + 1):
+            left = max(1.0, o.remaining / (k + 1))
+            seconds = (self.cost.t_verify(rows + k) + max(draft_steps, k if o.kind == "draft" else 0) * step_s
+                       + self._catch_up(o) / left)
+            if (tokens + k) / seconds > plain:
+                return True
+        return False
 
     def _probe_cost(self, o: Option, rows: int, draft_steps: int) -> float:
         extra = self.cost.t_verify(rows + PROBE_K) - self.cost.t_verify(rows)

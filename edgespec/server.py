@@ -200,6 +200,8 @@ def prometheus(state: ServerState) -> str:
     put("steps_total", "counter", "Target decodes (one per step, all sequences' rows).", [("", steps)])
     put("batch_rows_total", "counter", "Rows in all target decodes.", [("", m.get("batch_rows", 0))])
     put("batch_rows_last", "gauge", "Rows in the last target decode.", [("", m.get("last_batch_rows", 0))])
+    put("prompt_rows_total", "counter", "Prompt tokens decoded within steps, beside the sequences' rows.",
+        [("", m.get("prompt_rows", 0))])
     return "\n".join(lines) + "\n"
 
 

@@ -90,6 +90,34 @@ def test_a_cancelled_request_frees_its_sequence(batch, engine):
     assert not any(e.finish_reason for e in events)  # nobody is told: the client went away
 
 
+def test_new_prompts_join_the_steps_while_running_sequences_keep_generating(batch, engine):
+    """Prompts are decoded inside the steps, up to the batch size per step: a running sequence gets a token every
+    step while two long prompts join (one step's budget holds one and a part of the other)."""
+    running, long_a, long_b = [], [], []
+    batch.submit(Request(engine.tokenize("Hello there"), max_tokens=12, mode="off", on_event=running.append))
+    batch.step()
+    batch.step()
+    # words whose answers are far from ties (top-2 margins over 0.3; "apple" has one of 0.008, and the F16 KV cache
+    # rounds a batch of several sequences differently, a near-tie as README's "Lossless" describes)
+    prompts = [engine.tokenize(f"{w} " * 200)[:400] for w in ("table", "paper")]
+    for prompt, events in zip(prompts, (long_a, long_b)):
+        batch.submit(Request(prompt, max_tokens=8, mode="off", on_event=events.append))
+    rows_before = batch.metrics["prompt_rows"]
+    for step in range(3):
+        before = len(running)
+        batch.step()
+        assert len(running) == before + 1, step  # the running sequence did not wait for the prompts
+        if step == 0:
+            assert 400 < batch.metrics["prompt_rows"] - rows_before < 800  # one prompt and a part of the other
+    while batch.step():
+        pass
+    evaluated = sum(events[-1].stats.n_prompt_evaluated for events in (long_a, long_b))
+    assert batch.metrics["prompt_rows"] - rows_before == evaluated > 700  # (a cached first token is kept)
+    for prompt, events in zip(prompts, (long_a, long_b)):
+        assert [e.token for e in events if e.token is not None] == engine.generate(
+            prompt, max_tokens=8, speculative=False).tokens
+
+
 def test_a_shared_prefix_is_not_decoded_again(batch, engine):
     system = "You are a careful assistant who answers in one sentence. " * 3
     first, = serve_all(batch, [Request(engine.tokenize(system + "First question?"), max_tokens=5)])

@@ -58,27 +58,41 @@ def test_warm_up_drafts_before_there_is_evidence():
     assert p.plan([Option("draft", 8)]) == [(4, "warm-up")]  # no draft timing yet
 
 
-def test_probes_come_only_within_their_share_of_the_time_and_pick_the_cheapest():
-    p = planner(LINEAR)
-    options = [Option("draft", 4, remaining=100, behind=300), Option("draft", 4, remaining=100, behind=0)]
+def MILD(m):  # rows cost a third of a step: drafting pays only with good acceptance
+    return 0.07 + 0.025 * (m - 1)
+
+
+def probes_in(p, options, verify, steps=3000):
     probes, probe_seconds, total = [], 0.0, 0.0
-    for step in range(3000):
+    for _ in range(steps):
         plan = p.plan(options)
         assert all(k == 0 or why == "probe" for k, why in plan)
-        step_s = LINEAR(2)
+        step_s = verify(len(options))
         for i, (k, why) in enumerate(plan):
             if why == "probe":
                 probes.append(i)
-                step_s += LINEAR(2 + k) - LINEAR(2) + k * 0.01
+                step_s += verify(len(options) + k) - verify(len(options)) + k * 0.01
         total += step_s
-        probe_seconds += step_s - LINEAR(2)
+        probe_seconds += step_s - verify(len(options))
         p.observe_step(step_s)
+    return probes, probe_seconds / total
+
+
+def test_probes_come_only_within_their_share_of_the_time_and_pick_the_cheapest():
+    p = planner(MILD, accept=0.0)  # nothing passes: plain, but a draft that passed whole would pay
+    probes, share = probes_in(p, [Option("draft", 4, remaining=100, behind=300),
+                                  Option("draft", 4, remaining=100, behind=0)], MILD)
     assert probes and set(probes) == {1}  # the one whose draft cache is caught up
-    assert probe_seconds < 0.03 * total
+    assert share < 0.03
+
+
+def test_no_probe_where_even_a_draft_that_passed_whole_would_not_pay():
+    probes, _ = probes_in(planner(LINEAR, accept=0.0), [Option("draft", 4, remaining=100)], LINEAR)
+    assert probes == []
 
 
 def test_no_probe_when_even_a_probe_of_a_caught_up_sequence_is_dearer_than_the_budget():
-    p = planner(LINEAR, draft_token=1.0)
+    p = planner(MILD, draft_token=1.0, accept=0.0)
     for _ in range(200):
         assert p.plan([Option("draft", 4, remaining=100, behind=500)]) == [(0, "plain")]
         p.observe_step(0.07)
