@@ -28,6 +28,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -50,12 +51,14 @@ def free_port() -> int:
 
 def start(argv: list[str], url: str, timeout: float = 600, env: dict | None = None,
           ready: str = "/health") -> subprocess.Popen:
-    """Start a server; return once `ready` answers 200 (llama-cpp-python's has no /health: it listens once loaded)."""
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    """Start a server; return once `ready` answers 200 (llama-cpp-python's has no /health: it listens once loaded).
+    Its log goes to a file: a pipe nobody reads fills up and stops a chatty server (llama.cpp's load log) dead."""
+    log = tempfile.NamedTemporaryFile(prefix="serve-bench-", suffix=".log", delete=False)
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log, env=env)
     end = time.time() + timeout
     while time.time() < end:
         if proc.poll() is not None:
-            raise SystemExit(f"{argv[0]} exited: {proc.stderr.read().decode()[-2000:]}")
+            raise SystemExit(f"{argv[0]} exited: {Path(log.name).read_text(errors='replace')[-2000:]}")
         try:
             if httpx.get(url + ready, timeout=2).status_code == 200:
                 return proc
@@ -63,7 +66,7 @@ def start(argv: list[str], url: str, timeout: float = 600, env: dict | None = No
             pass
         time.sleep(0.5)
     proc.kill()
-    raise SystemExit(f"{argv[0]} did not come up in {timeout:.0f} s")
+    raise SystemExit(f"{argv[0]} did not come up in {timeout:.0f} s (its log: {log.name})")
 
 
 def one(url: str, prompt: str, max_tokens: int, extra: dict, system: str = "You are a helpful assistant.") -> dict:
@@ -93,11 +96,17 @@ def one(url: str, prompt: str, max_tokens: int, extra: dict, system: str = "You 
 
 
 def rounds(url: str) -> dict:
-    """edgespec's sequence rounds by why they drafted or not (from /metrics)."""
-    out = {}
+    """edgespec's sequence rounds by why they drafted or not, and the share of step time spent deciding (from
+    /metrics, so far in the server's life)."""
+    out, seconds = {}, {}
     for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
         if line.startswith('edgespec_rounds_total{reason="'):
             out[line.split('"')[1]] = int(float(line.rsplit(" ", 1)[1]))
+        for name in ("step", "decide"):
+            if line.startswith(f"edgespec_{name}_seconds_total "):
+                seconds[name] = float(line.rsplit(" ", 1)[1])
+    if seconds.get("step"):
+        out["decide_share"] = round(seconds.get("decide", 0.0) / seconds["step"], 4)
     return out
 
 
@@ -162,6 +171,9 @@ def main() -> None:
     parser.add_argument("--no-llama-server", action="store_true")
     parser.add_argument("--variants", help="only these, e.g. edgespec:off,edgespec:auto (default: all)")
     parser.add_argument("--out", help="results file (default bench/results/serve-CONFIG.json)")
+    parser.add_argument("--ignore-eos", action="store_true",
+                        help="every answer runs to --max-tokens (llama-server's ignore_eos): equal lengths, so a "
+                             "near-tie that ends one answer early does not change a level's tail")
     args = parser.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
     sys.path.insert(0, str(ROOT / "bench"))
@@ -210,6 +222,8 @@ def main() -> None:
     if args.variants:
         keep = args.variants.split(",")
         variants = [v for v in variants if f"{v[0]}:{v[1]}" in keep]
+    if args.ignore_eos:
+        variants = [(n, v, a, {**extra, "ignore_eos": True}) for n, v, a, extra in variants]
     # --together: every variant's server up at once (idle ones wait without computing), the variants alternated
     # request by request at one client and level by level above, so a slow minute of the machine falls on all
     # alike. Otherwise one server at a time.

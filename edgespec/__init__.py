@@ -4,13 +4,14 @@
     engine = edgespec.Engine.load("target.gguf", draft="draft.gguf")
     result = engine.generate("def fib(n):", max_tokens=64)
     result.text, result.stats.tokens_per_s
+    engine.generate(prompt, constraint=edgespec.Constraint.json_schema({"type": "object", ...}))
 """
 from .errors import (BackendError, ContextOverflowError, EdgespecError, InvalidArgument, ModelLoadError, PairError)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Engine", "GenerationResult", "Response", "SamplingConfig", "GREEDY", "GenerationStats",
+    "Engine", "GenerationResult", "Response", "SamplingConfig", "GREEDY", "GenerationStats", "Constraint",
     "EdgespecError", "ModelLoadError", "PairError", "ContextOverflowError", "BackendError", "InvalidArgument",
     "__version__",
 ]
@@ -18,7 +19,7 @@ __all__ = [
 # The engine (and llama.cpp with it) loads on first use, so `edgespec --help` and the CLI's signal handling
 # start before the heavy imports: Ctrl-C while llama.cpp loads is then an ordinary, handled interrupt.
 _LAZY = {"Engine": "engine", "GenerationResult": "engine", "Response": "engine", "SamplingConfig": "sampling",
-         "GREEDY": "sampling", "GenerationStats": "stats"}
+         "GREEDY": "sampling", "GenerationStats": "stats", "Constraint": "constraints"}
 
 
 def __getattr__(name: str):

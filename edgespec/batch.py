@@ -23,7 +23,9 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .backend import Model, SeqContext
+from .constraints import Constraint, Grammar
 from .errors import ContextOverflowError, EdgespecError, InvalidArgument
+from .guide import Guide
 from .pairing import VocabInfo, check_pair
 from .proposers import PromptLookupProposer
 from .sampling import GREEDY, SamplingConfig, probabilities, sample
@@ -50,6 +52,7 @@ class Request:
     draft_max: int | None = None
     logprobs: int | None = None  # None: none; n >= 0: the chosen token's log-probability and the n most likely
     on_event: Callable[["Event"], None] | None = None  # called from the scheduler thread
+    constraint: Constraint | None = None  # the output must match a grammar or JSON schema
 
 
 @dataclass
@@ -67,11 +70,14 @@ class Event:
 
 
 class Generation:
-    """One request's state while it is served: its sequence slot, tokens, text, rng, proposers and stats."""
+    """One request's state while it is served: its sequence slot, tokens, text, rng, proposers, guide and stats."""
 
-    def __init__(self, req: Request, slot: int) -> None:
+    def __init__(self, req: Request, slot: int, model: Model) -> None:
         self.req, self.slot = req, slot
         self.seq = list(req.prompt)
+        grammar = Grammar(req.constraint, model.constraint_tokenizer(), model.n_vocab) if req.constraint else None
+        self.guide = Guide(req.sampling, grammar, self.seq, model.n_vocab, model.is_eog) \
+            if Guide.needed(req.sampling, grammar) else None
         self.out: list[int] = []
         self.text = TextStream(req.stop)
         self.rng = np.random.default_rng(req.sampling.seed)
@@ -83,6 +89,8 @@ class Generation:
         self.reason = "off"
         self.proposal: list[int] = []
         self.q: list[np.ndarray | None] = []
+        self.forced = 0  # how many of the proposal the grammar forced
+        self.pushed = 0  # proposed tokens being tried on the guide
         self.pending: list[int] = []  # prompt tokens not yet in the target's cache
         self.finish: str | None = None
         self.started = time.perf_counter()
@@ -146,6 +154,8 @@ class BatchEngine:
                                        f"{self.target.n_ctx}")
         if req.draft_max is not None and not 0 <= req.draft_max <= 32:
             raise InvalidArgument(f"draft_max must be between 0 and 32, got {req.draft_max}")
+        if req.constraint is not None:  # a grammar or schema that does not compile: refused now, not mid-stream
+            Grammar(req.constraint, self.model.constraint_tokenizer(), self.model.n_vocab)
 
     def submit(self, req: Request) -> Handle:
         self.check(req)
@@ -226,6 +236,7 @@ class BatchEngine:
         if gens:
             self._decide(gens)
         t1 = time.perf_counter()
+        self.metrics["decide_s"] += t1 - t0
         self._propose(gens)
         t2 = time.perf_counter()
         items = [(g.slot, [g.seq[-1], *g.proposal], range(1 + len(g.proposal))) for g in gens]
@@ -247,6 +258,7 @@ class BatchEngine:
         for (handle, g), rows_logits in zip(ready, logits):
             self._accept(handle, g, rows_logits, time.perf_counter() - t0, llama, t1 - t0 + (t2 - t1), t3 - t2)
         self.planner.observe_step(time.perf_counter() - t0)
+        self.metrics["step_s"] += time.perf_counter() - t0
         return True
 
     @staticmethod
@@ -269,7 +281,7 @@ class BatchEngine:
                 handle = self._queue.popleft()
                 if handle.cancelled:
                     continue
-                g = Generation(handle.req, self._slot_for(handle.req.prompt))
+                g = Generation(handle.req, self._slot_for(handle.req.prompt), self.model)
                 keep = min(self.target.common_prefix(g.slot, g.seq), len(g.seq) - 1)
                 self.target.truncate(g.slot, keep)
                 g.pending = g.seq[keep:-1]  # seq[-1] is decoded by its first step, with the drafts
@@ -298,7 +310,8 @@ class BatchEngine:
                 cap = min(cap, self.draft.n_ctx - len(g.seq) + 1)  # seq and k-1 drafts in the draft's cells
                 behind = len(g.seq) - 1 - self.draft.common_prefix(g.slot, g.seq)
             g.k_max = min(self.draft_max if g.req.draft_max is None else g.req.draft_max, cap)
-            options.append(Option(g.kind, g.k_max, g.req.mode == "auto", g.req.max_tokens - len(g.out), behind))
+            options.append(Option(g.kind, g.k_max, g.req.mode == "auto", g.req.max_tokens - len(g.out), behind,
+                                  first=not g.out))
         for g, o, (k, reason) in zip(gens, options, self.planner.plan(options)):
             g.k, g.reason = k, reason
             if reason == "off":
@@ -312,25 +325,52 @@ class BatchEngine:
     def _propose(self, gens: list[Generation]) -> None:
         drafting = []
         for g in gens:
-            g.proposal, g.q = [], []
-            if g.kind == "lookup":
-                g.proposal = g.lookup.propose(g.seq, g.k, g.req.sampling, g.rng).tokens
-            elif g.kind == "draft":
+            g.proposal, g.q, g.forced = [], [], 0
+            if g.k and g.guide is not None and g.guide.grammar is not None:
+                g.proposal = g.guide.forced()[:g.k]  # what the grammar forces comes first, free
+                g.forced = len(g.proposal)
+                for t in g.proposal:
+                    self._push(g, t)
+            if g.kind == "lookup" and len(g.proposal) < g.k:
+                more = g.lookup.propose(g.seq + g.proposal, g.k - len(g.proposal), g.req.sampling, g.rng).tokens
+                if g.guide is not None:  # cut where the grammar forbids: past that, certain rejections
+                    more = more[:g.guide.allowed_prefix(more)]
+                g.proposal += more
+                for t in more:
+                    self._push(g, t)
+            elif g.kind == "draft" and len(g.proposal) < g.k:
                 drafting.append(g)
+            g.q = [None] * len(g.proposal)
+        try:
+            self._draft(drafting)
+        finally:
+            for g in gens:
+                if g.pushed:
+                    g.guide.pop(g.pushed)
+                g.pushed = 0
+
+    def _draft(self, drafting: list[Generation]) -> None:
+        """The draft model drafts for every drafting sequence together: one catch-up decode, then one per
+        position; each sequence under its own guide (the target's mask and penalties: q is what it samples)."""
         if not drafting:
             return
         # Catch each draft sequence up to seq (its last token's logits start the draft), all in one decode.
         items = []
         for g in drafting:
-            keep = min(self.draft.common_prefix(g.slot, g.seq), len(g.seq) - 1)
+            text = g.seq + g.proposal  # a constrained sequence's forced tokens are read with the text
+            keep = min(self.draft.common_prefix(g.slot, text), len(text) - 1)
             self.draft.truncate(g.slot, keep)
-            items.append((g.slot, g.seq[keep:], [len(g.seq) - keep - 1]))
+            items.append((g.slot, text[keep:], [len(text) - keep - 1]))
         t0 = time.perf_counter()
         logits = [rows[0] for rows in self.draft.decode(items)]
         self.planner.observe_catch_up(sum(len(tokens) for _, tokens, _ in items), time.perf_counter() - t0)
         while drafting:
             still, nxt = [], []
             for g, row in zip(drafting, logits):
+                if g.guide is not None:
+                    row = g.guide.shape(row)
+                    if not np.isfinite(row).any():
+                        continue
                 if g.req.sampling.greedy:
                     tok = int(np.argmax(row))
                 else:
@@ -339,6 +379,7 @@ class BatchEngine:
                     g.q.append(_fit(q, self.model.n_vocab))
                 g.proposal.append(tok)
                 if len(g.proposal) < g.k and not self.model.is_eog(tok):
+                    self._push(g, tok)
                     still.append(g)
                     nxt.append((g.slot, [tok], [0]))
             drafting = still
@@ -347,34 +388,54 @@ class BatchEngine:
                 logits = [rows[0] for rows in self.draft.decode(nxt)]
                 self.planner.observe_draft_step(time.perf_counter() - t0)
 
+    @staticmethod
+    def _push(g: Generation, token: int) -> None:
+        """Try a proposed token on the sequence's guide (popped once the step's proposals are made)."""
+        if g.guide is not None and not g.guide.is_eog(token):
+            g.guide.push(token)
+            g.pushed += 1
+
     # verification -------------------------------------------------------------------------------------------
     def _accept(self, handle: Handle, g: Generation, logits: np.ndarray, seconds: float, llama: float,
                 draft_s: float, verify_s: float) -> None:
-        sampling, prop = g.req.sampling, g.proposal
+        sampling, prop, q = g.req.sampling, g.proposal, g.q
+        rows, dead_end = logits, None
+        if g.guide is not None:  # each row masked and penalised by the text up to it
+            rows = g.guide.rows(logits, prop)
+            dead = np.flatnonzero(~np.isfinite(rows).any(axis=1))
+            if len(dead):  # the grammar allows nothing after prop[:d]: verify no further, choose nothing there
+                dead_end = int(dead[0])
+                prop, q, rows = prop[:dead_end], q[:dead_end], rows[:dead_end + 1]
+                rows[dead_end] = 0.0
         if sampling.greedy:
-            n, nxt = verify_greedy(logits.argmax(axis=1), prop)
+            n, nxt = verify_greedy(rows.argmax(axis=1), prop)
         else:
-            p = np.stack([probabilities(row, sampling) for row in logits])
-            n, nxt = verify_sampled(p, g.q if g.q else None, prop, g.rng)
+            p = np.stack([probabilities(row, sampling) for row in rows])
+            n, nxt = verify_sampled(p, q if any(x is not None for x in q) else None, prop, g.rng)
         self.target.truncate(g.slot, len(g.seq) + n)  # seq[:-1] + seq[-1] + the accepted drafts
+        sources = ["grammar"] * min(g.forced, len(prop)) + [g.kind] * (len(prop) - g.forced)
         if prop:
-            self.planner.accept[g.kind].observe_acceptance(len(prop), n)
-            self.metrics[f"drafted_{g.kind}"] += len(prop)
-            self.metrics[f"accepted_{g.kind}"] += n
+            if len(prop) > g.forced and n >= g.forced:  # the proposer's own tokens were put to the test
+                self.planner.accept[g.kind].observe_acceptance(len(prop) - g.forced, n - g.forced)
+            for source in set(sources):
+                self.metrics[f"drafted_{source}"] += sources.count(source)
+                self.metrics[f"accepted_{source}"] += sources[:n].count(source)
             self.metrics["rounds_speculative"] += 1
         else:
             self.metrics["rounds_plain"] += 1
         self.metrics[f"rounds_reason_{g.reason}"] += 1
         emitted = 0
-        for j, tok in enumerate([*prop[:n], nxt]):
+        for j, tok in enumerate([*prop[:n]] + ([] if n == dead_end else [nxt])):
             if self.model.is_eog(tok):
                 g.finish = "stop"
                 break
             g.out.append(tok)
             g.seq.append(tok)
+            if g.guide is not None:
+                g.guide.push(tok)
             emitted += 1
             event = Event(g.text.push(self.model.piece(tok)), tok, from_draft=j < n)
-            if g.req.logprobs is not None:
+            if g.req.logprobs is not None:  # the target's own, before any mask or penalty
                 event.logprob, event.top = _logprobs(logits[j], tok, g.req.logprobs)
             self._emit(handle, event)
             if g.text.stopped:
@@ -383,12 +444,13 @@ class BatchEngine:
                 g.finish = "length"
             if g.finish:
                 break
+        if g.finish is None and n == dead_end:
+            g.finish = "grammar"  # the constraint allows no token here: end, rather than choose one it forbids
         if g.finish is None and self.target.room(g.slot) < 1:
             g.finish = "length"
         g.stats.phase_s["draft"] += draft_s
         g.stats.phase_s["verify"] += verify_s
-        g.stats.add_round(RoundRecord(len(prop), n, emitted, seconds, llama, g.reason,
-                                      tuple([g.kind] * len(prop))))
+        g.stats.add_round(RoundRecord(len(prop), n, emitted, seconds, llama, g.reason, tuple(sources)))
         self.metrics["generated_tokens"] += emitted
         if g.finish:
             self._end(handle, g, g.finish)

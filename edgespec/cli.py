@@ -143,6 +143,16 @@ ENGINE_OPTIONS = [
     _option("--top-p", default=0.95, show_default=True, type=Finite(0, 1, min_open=True)),
     _option("--min-p", default=0.05, show_default=True, type=Finite(0, 1)),
     _option("--seed", type=click.IntRange(min=-1), help="Seed for sampling (reproducible runs); -1: a random one."),
+    _option("--repeat-penalty", default=1.0, show_default=True, type=Finite(min=0, min_open=True),
+            help="Divide the logits of tokens seen in the last --repeat-last-n tokens by this (1 = off)."),
+    _option("--repeat-last-n", default=64, show_default=True, type=click.IntRange(min=0),
+            help="Tokens the penalties look back over (prompt included)."),
+    _option("--presence-penalty", default=0.0, show_default=True, type=Finite(),
+            help="Subtract this from the logits of tokens seen in the window."),
+    _option("--frequency-penalty", default=0.0, show_default=True, type=Finite(),
+            help="Subtract this times the count of each token seen in the window."),
+    _option("--logit-bias", multiple=True, metavar="ID=BIAS",
+            help="Add BIAS to token ID's logit (repeatable; -inf bans the token)."),
     _option("--draft-max", "-k", default=8, show_default=True, type=click.IntRange(min=0),
                  help="Most tokens drafted per round; fewer (or none) when measured costs say that is faster."),
     _option("--fixed", is_flag=True, help="Draft exactly --draft-max tokens every round (no adaptive length)."),
@@ -219,7 +229,58 @@ def _note_context(got: int, asked: int) -> None:
 def sampling_of(opts: dict):
     from .sampling import SamplingConfig
 
-    return SamplingConfig(opts["temperature"], opts["top_k"], opts["top_p"], opts["min_p"], opts["seed"])
+    bias = []
+    for item in opts.get("logit_bias") or ():
+        token, _, value = item.partition("=")
+        try:
+            bias.append((int(token), float(value)))
+        except ValueError:
+            raise click.BadParameter(f"{item!r} is not ID=BIAS (e.g. 1234=-inf)", param_hint="--logit-bias") from None
+    return SamplingConfig(opts["temperature"], opts["top_k"], opts["top_p"], opts["min_p"], opts["seed"],
+                          repeat_penalty=opts["repeat_penalty"], repeat_last_n=opts["repeat_last_n"],
+                          presence_penalty=opts["presence_penalty"], frequency_penalty=opts["frequency_penalty"],
+                          logit_bias=tuple(bias))
+
+
+def constraint_options(f):
+    f = click.option("--json-object", is_flag=True, help="The output is a JSON object (any).")(f)
+    f = click.option("--json-schema", metavar="SCHEMA",
+                     help="The output is JSON valid under this schema: a file, or the schema itself.")(f)
+    f = click.option("--grammar-file", metavar="FILE",
+                     help="The output matches this grammar: GBNF (llama.cpp's format), or Lark if FILE ends .lark.")(f)
+    return f
+
+
+def constraint_of(grammar_file: str | None, json_schema: str | None, json_object: bool):
+    """The constraint the options ask for (None: free text); a bad one is an error before any model loads."""
+    from pathlib import Path
+
+    from .constraints import Constraint
+
+    given = [name for name, v in (("--grammar-file", grammar_file), ("--json-schema", json_schema),
+                                  ("--json-object", json_object)) if v]
+    if len(given) > 1:
+        raise click.UsageError(f"{' and '.join(given)} cannot be combined: give one constraint")
+    if json_object:
+        constraint = Constraint.json_object()
+    elif grammar_file is not None:
+        constraint = Constraint("lark" if grammar_file.endswith(".lark") else "gbnf", _read(grammar_file, "grammar"))
+    elif json_schema is not None:
+        text = json_schema if json_schema.lstrip().startswith("{") or not Path(json_schema).exists() else \
+            _read(json_schema, "JSON schema")
+        constraint = Constraint("json_schema", text)
+    else:
+        return None
+    constraint.grammar()  # a grammar or schema that does not parse: one line now, not after the model loads
+    return constraint
+
+
+def _read(path: str, what: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise InvalidArgument(f"cannot read the {what} {path}: {getattr(e, 'strerror', None) or e}") from None
 
 
 def _text(value: str, where: str) -> str:
@@ -239,7 +300,8 @@ def _text(value: str, where: str) -> str:
               help="Wrap the prompt in the model's own chat template (its text stays text: never control tokens).")
 @click.option("--system", help="System message (with --chat).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object: text, tokens, finish_reason, stats.")
-def generate(prompt, use_chat, system, as_json, **opts) -> None:
+@constraint_options
+def generate(prompt, use_chat, system, as_json, grammar_file, json_schema, json_object, **opts) -> None:
     """Generate one completion and exit.
 
     Without --chat the prompt is the model's input as written: text such as <|im_end|> in it is that control
@@ -256,15 +318,17 @@ def generate(prompt, use_chat, system, as_json, **opts) -> None:
             raise click.UsageError("--system needs --chat (a system message is part of the chat template)")
         system = None  # a default for chat, from the settings: no part of a raw prompt
     sampling = sampling_of(opts)
+    constraint = constraint_of(grammar_file, json_schema, json_object)
     engine = load_engine(opts)
     tokens = engine.tokenize(prompt, chat_format=use_chat, system=system)
-    _run(engine, tokens, sampling, 256 if opts["max_tokens"] is None else opts["max_tokens"], opts["stop"], as_json)
+    _run(engine, tokens, sampling, 256 if opts["max_tokens"] is None else opts["max_tokens"], opts["stop"], as_json,
+         constraint)
 
 
-def _run(engine, tokens, sampling, max_tokens, stop, as_json) -> None:
+def _run(engine, tokens, sampling, max_tokens, stop, as_json, constraint=None) -> None:
     text, ids, result = [], [], None
     try:
-        for r in engine.stream(tokens, max_tokens=max_tokens, sampling=sampling, stop=stop):
+        for r in engine.stream(tokens, max_tokens=max_tokens, sampling=sampling, stop=stop, constraint=constraint):
             text.append(r.text)
             if r.token is not None:
                 ids.append(r.token)
@@ -314,7 +378,8 @@ def chat_template(value: str | None) -> str | None:
               help="Chat template to use instead of the model's: a Jinja file, or a name llama.cpp knows (chatml, "
                    "llama3, gemma, ...).")
 @click.option("--no-color", is_flag=True, help="Do not colour drafted tokens (off anyway when not a terminal).")
-def chat(system, chat_format, no_color, **opts) -> None:
+@constraint_options
+def chat(system, chat_format, no_color, grammar_file, json_schema, json_object, **opts) -> None:
     """Chat with a model in a terminal; with piped input, one message per line.
 
     \b
@@ -328,10 +393,11 @@ def chat(system, chat_format, no_color, **opts) -> None:
     if system is not None:
         system = _text(system, "--system")
     sampling = sampling_of(opts)
+    constraint = constraint_of(grammar_file, json_schema, json_object)
     engine = load_engine(opts)
     color = not no_color and sys.stdout.isatty()
     Repl(engine, sampling, 1024 if opts["max_tokens"] is None else opts["max_tokens"], opts["stop"], system,
-         template, color).run()
+         template, color, constraint).run()
 
 
 @cli.command()

@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .proposers import EMPTY, Proposal, Proposer
+from .proposers import EMPTY, GrammarProposer, Proposal, Proposer
 from .sampling import SamplingConfig
 from .stats import GenerationStats
 from .tuning import CostModel, Decision, DraftLength
@@ -33,6 +33,7 @@ class Drafting:
     def __init__(self, draft_max: int, adaptive: bool, cost: CostModel) -> None:
         self.draft_max, self.adaptive, self.cost = draft_max, adaptive, cost
         self._policies: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self.grammar = GrammarProposer()  # one for the engine, so its policy (and acceptance) carries over
 
     def policy(self, proposer: Proposer) -> DraftLength:
         if proposer not in self._policies:
@@ -40,9 +41,12 @@ class Drafting:
             self._policies[proposer] = DraftLength(self.draft_max, self.adaptive, shared)
         return self._policies[proposer]
 
-    def chain(self, proposer: Proposer, k_max: int | None, adaptive: bool | None) -> "Chain":
-        """This generation's chain; k_max and adaptive: this call's limits (None: the policies' own)."""
-        return Chain(proposer, [_Link(p, self.policy(p)) for p in parts(proposer)], k_max, adaptive)
+    def chain(self, proposer: Proposer | None, k_max: int | None, adaptive: bool | None,
+              grammar: bool = False) -> "Chain | None":
+        """This generation's chain (None: nothing proposes); k_max and adaptive: this call's limits (None: the
+        policies' own). grammar: the output is constrained, so the tokens the grammar forces come first, free."""
+        chain = ([self.grammar] if grammar else []) + list(parts(proposer) if proposer is not None else ())
+        return Chain([_Link(p, self.policy(p)) for p in chain], k_max, adaptive) if chain else None
 
 
 @dataclass
@@ -56,8 +60,8 @@ class _Link:
 
 
 class Chain:
-    def __init__(self, proposer: Proposer, links: list[_Link], k_max: int | None, adaptive: bool | None) -> None:
-        self.proposer, self.links = proposer, links
+    def __init__(self, links: list[_Link], k_max: int | None, adaptive: bool | None) -> None:
+        self.links = links
         self.k_max, self.adaptive = k_max, adaptive
         self._used: list[_Link] = []
 
@@ -69,12 +73,14 @@ class Chain:
     def begin(self, seq: Sequence[int]) -> None:
         for link in self.links:
             link.policy.new_text()
-        self.proposer.begin(seq)
+            link.part.begin(seq)
 
     def propose(self, seq: list[int], cap: int, sampling: SamplingConfig, rng: np.random.Generator,
-                stats: GenerationStats) -> tuple[Proposal, str]:
+                stats: GenerationStats, guide=None) -> tuple[Proposal, str]:
         """Each part proposes in turn from where the earlier ones stopped, up to the round length its own policy
-        wants; returns the joint proposal and the decisions' reasons (for the round's record)."""
+        wants; returns the joint proposal and the decisions' reasons (for the round's record). With a guide, the
+        parts draft under it (deterministic proposals are cut where the grammar forbids), and it is left as it
+        was."""
         self._used = []
         if cap <= 0:
             return EMPTY, "fixed"
@@ -83,31 +89,50 @@ class Chain:
         sources: list[str] = []
         sampled = False
         reasons = []
-        for link in self.links:
-            policy = link.policy
-            decision = policy.decide(cap, self.k_max, self.adaptive) if len(tokens) < cap else Decision(0, "full")
-            reasons.append(decision.reason)
-            if decision.reason == "fallback" and decision.why:
-                stats.fallbacks.append({"round": stats.n_rounds, "why": decision.why})
-            if decision.reason not in ("free", "fixed") and len(self._used) == 1 and decision.k > 0:
-                lead = self._used[0]
-                if policy.alone_is_better(decision.k, lead.policy.keyed(lead.key), lead.n):
-                    # this part's own draft is expected to do better than following the earlier one's
-                    tokens, qs, sources, self._used, sampled = [], [], [], [], False
-                    reasons[0] = "dropped"
-            k = decision.k - len(tokens)
-            if k <= 0:
-                continue
-            t0 = time.perf_counter()
-            prop = link.part.propose(seq + tokens if tokens else seq, k, sampling, rng)
-            link.seconds = time.perf_counter() - t0
-            link.start, link.key = len(tokens), prop.key
-            link.n = policy.keep(len(prop.tokens), prop.key) if decision.reason == "free" else len(prop.tokens)
-            self._used.append(link)
-            tokens += prop.tokens[:link.n]
-            sources += prop.sources[:link.n]
-            qs += list(prop.q[:link.n]) if prop.q is not None else [None] * link.n
-            sampled = sampled or prop.q is not None
+        pushed = 0
+        try:
+            for link in self.links:
+                policy = link.policy
+                decision = policy.decide(cap, self.k_max, self.adaptive) if len(tokens) < cap else Decision(0, "full")
+                reasons.append(decision.reason)
+                if decision.reason == "fallback" and decision.why:
+                    stats.fallbacks.append({"round": stats.n_rounds, "why": decision.why})
+                if decision.reason not in ("free", "fixed") and len(self._used) == 1 and decision.k > 0:
+                    lead = self._used[0]
+                    if policy.alone_is_better(decision.k, lead.policy.keyed(lead.key), lead.n):
+                        # this part's own draft is expected to do better than following the earlier one's
+                        tokens, qs, sources, self._used, sampled = [], [], [], [], False
+                        if pushed:
+                            guide.pop(pushed)
+                        pushed = 0
+                        reasons[0] = "dropped"
+                k = decision.k - len(tokens)
+                if k <= 0 or (guide is not None and tokens and guide.is_eog(tokens[-1])):
+                    continue
+                t0 = time.perf_counter()
+                context = seq + tokens if tokens else seq
+                prop = link.part.propose(context, k, sampling, rng, guide=guide) if guide is not None else \
+                    link.part.propose(context, k, sampling, rng)
+                link.seconds = time.perf_counter() - t0
+                n = len(prop.tokens)
+                if guide is not None and prop.q is None:
+                    n = guide.allowed_prefix(prop.tokens)  # past that the target would reject them for certain
+                link.start, link.key = len(tokens), prop.key
+                link.n = policy.keep(n, prop.key) if decision.reason == "free" else n
+                self._used.append(link)
+                tokens += prop.tokens[:link.n]
+                sources += prop.sources[:link.n]
+                qs += list(prop.q[:link.n]) if prop.q is not None else [None] * link.n
+                sampled = sampled or prop.q is not None
+                if guide is not None:
+                    for t in prop.tokens[:link.n]:
+                        if guide.is_eog(t):
+                            break
+                        guide.push(t)
+                        pushed += 1
+        finally:
+            if pushed:
+                guide.pop(pushed)
         return Proposal(tokens, qs if sampled else None, sources), "+".join(reasons) or "fixed"
 
     def accepted(self, n: int) -> None:
@@ -119,4 +144,4 @@ class Chain:
             link.policy.observe(link.n, passed if tested else None, link.seconds, link.key)
 
     def llama_seconds(self) -> float:
-        return self.proposer.llama_seconds()
+        return sum(link.part.llama_seconds() for link in self.links)

@@ -21,7 +21,9 @@ from .backend import Context, Model
 from .errors import ContextOverflowError, EdgespecError, InvalidArgument
 from .pairing import VocabInfo, check_pair
 from .drafting import Chain, Drafting, parts
-from .proposers import EMPTY, DraftModelProposer, HybridProposer, PromptLookupProposer, Proposer
+from .constraints import Constraint, Grammar
+from .guide import Guide
+from .proposers import EMPTY, DraftModelProposer, HybridProposer, PromptLookupProposer, Proposal, Proposer
 from .sampling import GREEDY, SamplingConfig, probabilities
 from .stats import GenerationStats, RoundRecord
 from .text import TextStream
@@ -38,7 +40,8 @@ CALIBRATION_SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16)
 class GenerationResult:
     text: str
     tokens: list[int]
-    finish_reason: str  # "stop": end-of-generation token or stop string; "length": max_tokens or a full context
+    finish_reason: str  # "stop": end-of-generation token or stop string; "length": max_tokens or a full context;
+    # "grammar": the constraint allows no next token (a grammar that cannot be completed)
     stats: GenerationStats
 
     def to_dict(self) -> dict:
@@ -164,12 +167,15 @@ class Engine:
         adaptive: bool | None = None,
         speculative: bool = True,
         proposer: Proposer | None = None,
+        constraint: Constraint | None = None,
     ) -> Iterator[Response]:
         """Yield a Response per generated token as soon as it is accepted, then one with the result.
 
         draft_max / adaptive override the engine's for this call (adaptive=False drafts exactly draft_max per
         round); proposer replaces the engine's for this call. speculative=False (or an engine with no proposer)
-        decodes one token per target call: the baseline.
+        decodes one token per target call: the baseline. constraint: the output must match a grammar or JSON
+        schema (edgespec.Constraint); checked before anything is decoded. With a constraint, speculation also
+        proposes the tokens the grammar forces, free.
         """
         self._check_open()
         seq = list(self.tokenize(prompt) if isinstance(prompt, str) else prompt)
@@ -188,14 +194,19 @@ class Engine:
         stop = [stop] if isinstance(stop, str) else list(stop)
         if not all(isinstance(s, str) for s in stop):
             raise InvalidArgument("stop must be a string or a list of strings")
+        if constraint is not None and not isinstance(constraint, Constraint):
+            raise InvalidArgument(f"constraint must be an edgespec.Constraint, got {type(constraint).__name__}")
+        grammar = Grammar(constraint, self.model.constraint_tokenizer(), self.model.n_vocab) if constraint else None
         proposer = (proposer or self.proposer) if speculative else None
         # Per-call limits apply to this call only; the policies themselves (and what they learned) are the engine's.
-        chain = self._drafting.chain(proposer, draft_max, adaptive) if proposer else None
+        chain = self._drafting.chain(proposer, draft_max, adaptive, grammar=grammar is not None and speculative)
+        guide = Guide(sampling, grammar, seq, self.model.n_vocab, self.model.is_eog) \
+            if Guide.needed(sampling, grammar) else None
         turn = self._turns.begin()
         try:
             self._check_open()
             run = _Run(seq, sampling, max_tokens, TextStream(stop), GenerationStats(n_prompt=len(seq)),
-                       np.random.default_rng(sampling.seed), chain)
+                       np.random.default_rng(sampling.seed), chain, guide)
             self._prefill(run)
             if chain is not None and chain.measures and len(self._cost.verify_s) < 2:  # plain rounds time m = 1
                 t0 = time.perf_counter()
@@ -234,12 +245,23 @@ class Engine:
         seq, stats = run.seq, run.stats
         llama0 = self._llama_seconds(run)
         t0 = time.perf_counter()
-        prop, reason = run.chain.propose(seq, cap, run.sampling, run.rng, stats) if run.chain else (EMPTY, "fixed")
+        prop, reason = (run.chain.propose(seq, cap, run.sampling, run.rng, stats, run.guide) if run.chain
+                        else (EMPTY, "fixed"))
         t1 = time.perf_counter()
         batch = [seq[-1], *prop.tokens]
         t2 = time.perf_counter()
         logits = self.target.decode(batch, range(len(batch)))
         t3 = time.perf_counter()
+        dead_end = None
+        if run.guide is not None:  # each row masked and penalised by the text up to it
+            logits = run.guide.rows(logits, prop.tokens)
+            dead = np.flatnonzero(~np.isfinite(logits).any(axis=1))
+            if len(dead):  # the grammar allows nothing after prop[:d]: verify no further, choose nothing there
+                dead_end = int(dead[0])
+                prop = Proposal(prop.tokens[:dead_end], None if prop.q is None else prop.q[:dead_end],
+                                prop.sources[:dead_end])
+                logits = logits[:dead_end + 1]
+                logits[dead_end] = 0.0
         if run.sampling.greedy:
             n, nxt = verify_greedy(logits.argmax(axis=1), prop.tokens)
         else:
@@ -250,12 +272,15 @@ class Engine:
         if run.chain is not None:
             run.chain.accepted(n)
         emitted, finish = [], None
-        for tok, source in [*zip(prop.tokens[:n], prop.sources[:n]), (nxt, None)]:
+        chosen = [*zip(prop.tokens[:n], prop.sources[:n])] + ([] if n == dead_end else [(nxt, None)])
+        for tok, source in chosen:
             if self.model.is_eog(tok):
                 finish = "stop"
                 break
             run.out.append(tok)
             seq.append(tok)
+            if run.guide is not None:
+                run.guide.push(tok)
             emitted.append((tok, source, run.text.push(self.model.piece(tok))))
             if run.text.stopped:
                 finish = "stop"
@@ -263,6 +288,8 @@ class Engine:
                 finish = "length"
             if finish:
                 break
+        if finish is None and n == dead_end:
+            finish = "grammar"  # the grammar allows no token here: end, rather than choose one it forbids
         t4 = time.perf_counter()
         for phase, dt in (("draft", t1 - t0), ("prepare", t2 - t1), ("verify", t3 - t2), ("accept", t4 - t3)):
             stats.phase_s[phase] += dt
@@ -325,4 +352,5 @@ class _Run:
     stats: GenerationStats
     rng: np.random.Generator
     chain: Chain | None
+    guide: Guide | None = None  # grammar, penalties, logit bias: what shapes each row by the text before it
     out: list[int] = field(default_factory=list)

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 
 from . import chat
 from .batch import MODES, Event, Request
+from .constraints import Constraint
+from .errors import InvalidArgument
 from .sampling import SamplingConfig
 
 if TYPE_CHECKING:
@@ -75,6 +77,65 @@ def _stop(body: dict) -> list[str]:
     raise BadRequest("'stop' must be a string or a list of strings", "stop")
 
 
+def _logit_bias(body: dict, n_vocab: int) -> tuple[tuple[int, float], ...]:
+    bias = body.get("logit_bias")
+    if bias is None:
+        return ()
+    if not isinstance(bias, dict):
+        raise BadRequest("'logit_bias' must map token ids to numbers between -100 and 100", "logit_bias")
+    out = []
+    for key, value in bias.items():
+        try:
+            token = int(key)
+        except ValueError:
+            raise BadRequest(f"logit_bias: {key!r} is not a token id", "logit_bias") from None
+        if not 0 <= token < n_vocab:
+            raise BadRequest(f"logit_bias: token {token} is not in this model's vocabulary", "logit_bias")
+        out.append((token, _number({"logit_bias": value}, "logit_bias", 0, -100, 100)))
+    return tuple(out)
+
+
+def _ignore_eos(body: dict, model) -> tuple[tuple[int, float], ...]:
+    """llama-server's `ignore_eos`: no end-of-generation token is ever chosen (benchmarks: every answer max_tokens)."""
+    flag = body.get("ignore_eos", False)
+    if not isinstance(flag, bool):
+        raise BadRequest("'ignore_eos' must be true or false", "ignore_eos")
+    return tuple((t, -math.inf) for t in model.eog_ids) if flag else ()
+
+
+def _constraint(body: dict) -> Constraint | None:
+    """response_format (json_object, json_schema), or llama-server's `grammar` (GBNF) and `json_schema` fields."""
+    fmt = body.get("response_format")
+    try:
+        if fmt is not None:
+            if not isinstance(fmt, dict) or fmt.get("type") not in ("text", "json_object", "json_schema"):
+                raise BadRequest("'response_format' must be {\"type\": \"text\" | \"json_object\" | \"json_schema\"}",
+                                 "response_format")
+            if fmt["type"] == "json_object":
+                return Constraint.json_object()
+            if fmt["type"] == "json_schema":
+                spec = fmt.get("json_schema")
+                schema = spec.get("schema") if isinstance(spec, dict) else None
+                if not isinstance(schema, dict):
+                    raise BadRequest("response_format.json_schema.schema must be a JSON schema object",
+                                     "response_format")
+                return _checked(Constraint.json_schema(schema))
+        if isinstance(body.get("json_schema"), dict):
+            return _checked(Constraint.json_schema(body["json_schema"]))
+        if body.get("grammar") is not None:
+            if not isinstance(body["grammar"], str):
+                raise BadRequest("'grammar' must be a GBNF grammar (a string)", "grammar")
+            return _checked(Constraint.gbnf(body["grammar"]))
+    except InvalidArgument as e:
+        raise BadRequest(str(e), "response_format" if fmt is not None else "grammar") from None
+    return None
+
+
+def _checked(constraint: Constraint) -> Constraint:
+    constraint.grammar()  # one that does not parse: a 400 naming the field, before the request queues
+    return constraint
+
+
 def parse(body, state: ServerState, is_chat: bool) -> tuple[Request, dict]:
     """An OpenAI request body -> the engine's Request and how to render the answer."""
     engine = state.engine
@@ -106,7 +167,13 @@ def parse(body, state: ServerState, is_chat: bool) -> tuple[Request, dict]:
                               top_k=_number(body, "top_k", d.top_k, 0, 10 ** 6, integer=True),
                               top_p=_number(body, "top_p", d.top_p, 1e-9, 1),
                               min_p=_number(body, "min_p", d.min_p, 0, 1),
-                              seed=None if seed is None or seed < 0 else seed % 2 ** 64)
+                              seed=None if seed is None or seed < 0 else seed % 2 ** 64,
+                              repeat_penalty=_number(body, "repeat_penalty", d.repeat_penalty, 1e-3, 10),
+                              repeat_last_n=_number(body, "repeat_last_n", d.repeat_last_n, 0, 10 ** 6, integer=True),
+                              presence_penalty=_number(body, "presence_penalty", d.presence_penalty, -2, 2),
+                              frequency_penalty=_number(body, "frequency_penalty", d.frequency_penalty, -2, 2),
+                              logit_bias=(_logit_bias(body, engine.model.n_vocab) or d.logit_bias)
+                              + _ignore_eos(body, engine.model))
     spec = body.get("speculative") or {}
     if not isinstance(spec, dict):
         raise BadRequest("'speculative' must be an object: {\"mode\": ..., \"draft_max\": K}", "speculative")
@@ -126,7 +193,8 @@ def parse(body, state: ServerState, is_chat: bool) -> tuple[Request, dict]:
         raise BadRequest("'stream' must be true or false", "stream")
     options = body.get("stream_options") or {}
     include_usage = bool(isinstance(options, dict) and options.get("include_usage"))
-    req = Request(list(tokens), max_tokens, sampling, _stop(body), mode, draft_max, logprobs)
+    req = Request(list(tokens), max_tokens, sampling, _stop(body), mode, draft_max, logprobs,
+                  constraint=_constraint(body))
     return req, {"stream": stream, "include_usage": include_usage, "chat": is_chat}
 
 
@@ -153,7 +221,9 @@ def _token_entry(model, token: int, logprob: float, top: list[tuple[int, float]]
 
 
 def _finish(reason: str | None) -> str:
-    return reason if reason in ("stop", "length") else "length" if reason else None
+    """OpenAI's finish reasons: a grammar that allows nothing more ended the text (stop); anything else that ended
+    it early (a shutdown) is a length."""
+    return "stop" if reason in ("stop", "grammar") else "length" if reason else None
 
 
 class Answer:

@@ -56,8 +56,9 @@ class SessionTotals:
 
 
 class Repl:
-    def __init__(self, engine, sampling, max_tokens, stop, system, template, color) -> None:
+    def __init__(self, engine, sampling, max_tokens, stop, system, template, color, constraint=None) -> None:
         self.engine, self.sampling, self.max_tokens, self.stop = engine, sampling, max_tokens, stop
+        self.constraint = constraint  # every reply must match it (a grammar, a JSON schema)
         self.template, self.color = template, color
         self.conv = Conversation(system)
         self.tty = sys.stdin.isatty()
@@ -191,7 +192,8 @@ class Repl:
             return
         out, result = [], None
         try:
-            for r in self.engine.stream(tokens, max_tokens=self.max_tokens, sampling=self.sampling, stop=self.stop):
+            for r in self.engine.stream(tokens, max_tokens=self.max_tokens, sampling=self.sampling, stop=self.stop,
+                                        constraint=self.constraint):
                 if r.text:
                     out.append(r.text)
                     if self.color and r.from_draft:

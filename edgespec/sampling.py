@@ -23,9 +23,17 @@ class SamplingConfig:
     top_p: float = 0.95  # 1.0 = off
     min_p: float = 0.05  # 0.0 = off
     seed: int | None = None
+    # History-dependent (llama.cpp's penalties sampler, over the last repeat_last_n tokens of prompt and output): a
+    # token seen c times has its logit divided by repeat_penalty (multiplied, when negative), then lowered by
+    # c * frequency_penalty + presence_penalty. logit_bias: (token id, value) pairs added to the logits.
+    repeat_penalty: float = 1.0  # 1.0 = off
+    repeat_last_n: int = 64
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
-        for name in ("temperature", "top_p", "min_p"):
+        for name in ("temperature", "top_p", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise InvalidArgument(f"{name} must be a finite number, got {value!r}")
@@ -39,6 +47,17 @@ class SamplingConfig:
             raise InvalidArgument(f"top_p must be in (0, 1], got {self.top_p}")
         if not 0.0 <= self.min_p <= 1.0:
             raise InvalidArgument(f"min_p must be in [0, 1], got {self.min_p}")
+        if self.repeat_penalty <= 0:
+            raise InvalidArgument(f"repeat_penalty must be > 0, got {self.repeat_penalty}")
+        if isinstance(self.repeat_last_n, bool) or not isinstance(self.repeat_last_n, int) or self.repeat_last_n < 0:
+            raise InvalidArgument(f"repeat_last_n must be an integer >= 0, got {self.repeat_last_n!r}")
+        try:
+            bias = tuple((int(t), float(v)) for t, v in dict(self.logit_bias).items())
+        except (TypeError, ValueError):
+            raise InvalidArgument("logit_bias must map token ids to numbers") from None
+        if not all(math.isfinite(v) or v == -math.inf for _, v in bias):
+            raise InvalidArgument("logit_bias values must be finite numbers (or -inf to ban a token)")
+        object.__setattr__(self, "logit_bias", bias)
         if self.seed is not None:
             if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < -1:
                 raise InvalidArgument(f"seed must be an integer >= 0 (or -1 for a random one), got {self.seed!r}")
@@ -49,8 +68,32 @@ class SamplingConfig:
     def greedy(self) -> bool:
         return self.temperature <= 0.0
 
+    @property
+    def penalises(self) -> bool:
+        """Whether logits depend on the text so far (then each verify row is adjusted with its own history)."""
+        return bool(self.repeat_last_n and (self.repeat_penalty != 1.0 or self.presence_penalty
+                                            or self.frequency_penalty))
+
 
 GREEDY = SamplingConfig(temperature=0.0)
+
+
+def penalise(logits: np.ndarray, counts: dict[int, int], config: SamplingConfig) -> np.ndarray:
+    """A copy of one row of logits with the logit bias, then the penalties (llama.cpp's order); counts: how often
+    each token occurs in the window (the last repeat_last_n tokens of the text)."""
+    out = np.array(logits, dtype=np.float32)
+    for t, v in config.logit_bias:
+        if 0 <= t < len(out):
+            out[t] += v
+    if counts and config.penalises:
+        ids = np.fromiter(counts, dtype=np.int64, count=len(counts))
+        c = np.fromiter(counts.values(), dtype=np.float32, count=len(counts))
+        inside = ids < len(out)
+        ids, c = ids[inside], c[inside]
+        x = out[ids]
+        x = np.where(x <= 0, x * config.repeat_penalty, x / config.repeat_penalty)
+        out[ids] = x - c * config.frequency_penalty - (c > 0) * config.presence_penalty
+    return out
 
 
 def _softmax(x: np.ndarray) -> np.ndarray:

@@ -31,6 +31,7 @@ class Option:
     auto: bool = True  # False: its request fixed K = k_max
     remaining: int = 1  # tokens it may still generate
     behind: int = 0  # tokens its draft cache must read before it can draft (its prompt, what it skipped)
+    first: bool = False  # its first token is still to come: none is shown until this step ends
 
 
 class StepPlanner:
@@ -57,12 +58,17 @@ class StepPlanner:
 
     # the rule ---------------------------------------------------------------------------------------------
     def plan(self, options: list[Option]) -> list[tuple[int, str]]:
-        """(K, reason) for each sequence, in order; reasons: off, fixed, warm-up, cost, plain, probe."""
+        """(K, reason) for each sequence, in order; reasons: off, first, fixed, warm-up, cost, plain, probe."""
         rows, tokens, draft_steps, catch = len(options), float(len(options)), 0, 0.0
         out = []
         for o in options:
             if o.kind == "off" or o.k_max <= 0:
                 out.append((0, "off"))
+                continue
+            if o.auto and o.first and o.kind == "draft" and o.behind > 1:
+                # The first token comes from a plain step: the draft reads the prompt in the next one, so the
+                # wait for the first token is the target's alone (the same work, moved one step later).
+                out.append((0, "first"))
                 continue
             k, reason = (o.k_max, "fixed") if not o.auto else self._best_k(o, rows, tokens, draft_steps, catch)
             out.append((k, reason))

@@ -180,11 +180,11 @@ def prometheus(state: ServerState) -> str:
     put("prompt_tokens_total", "counter", "Prompt tokens of accepted requests.", [("", m.get("prompt_tokens", 0))])
     put("generated_tokens_total", "counter", "Tokens generated.", [("", m.get("generated_tokens", 0))])
     put("drafted_tokens_total", "counter", "Tokens proposed, by proposer.",
-        [(f'{{proposer="{p}"}}', m.get(f"drafted_{p}", 0)) for p in ("draft", "lookup")])
+        [(f'{{proposer="{p}"}}', m.get(f"drafted_{p}", 0)) for p in ("draft", "lookup", "grammar")])
     put("accepted_tokens_total", "counter", "Proposed tokens the target accepted, by proposer.",
-        [(f'{{proposer="{p}"}}', m.get(f"accepted_{p}", 0)) for p in ("draft", "lookup")])
-    drafted = sum(m.get(f"drafted_{p}", 0) for p in ("draft", "lookup"))
-    accepted = sum(m.get(f"accepted_{p}", 0) for p in ("draft", "lookup"))
+        [(f'{{proposer="{p}"}}', m.get(f"accepted_{p}", 0)) for p in ("draft", "lookup", "grammar")])
+    drafted = sum(m.get(f"drafted_{p}", 0) for p in ("draft", "lookup", "grammar"))
+    accepted = sum(m.get(f"accepted_{p}", 0) for p in ("draft", "lookup", "grammar"))
     put("acceptance_rate", "gauge", "Accepted over proposed tokens.", [("", accepted / drafted if drafted else 0)])
     spec_rounds = m.get("rounds_speculative", 0)
     put("mean_accepted_length", "gauge", "Accepted tokens per speculative round.",
@@ -200,6 +200,9 @@ def prometheus(state: ServerState) -> str:
     put("steps_total", "counter", "Target decodes (one per step, all sequences' rows).", [("", steps)])
     put("batch_rows_total", "counter", "Rows in all target decodes.", [("", m.get("batch_rows", 0))])
     put("batch_rows_last", "gauge", "Rows in the last target decode.", [("", m.get("last_batch_rows", 0))])
+    put("step_seconds_total", "counter", "Time in steps (decide, draft, decode, verify).", [("", m.get("step_s", 0.0))])
+    put("decide_seconds_total", "counter", "Time spent choosing each sequence's draft length.",
+        [("", m.get("decide_s", 0.0))])
     put("prompt_rows_total", "counter", "Prompt tokens decoded within steps, beside the sequences' rows.",
         [("", m.get("prompt_rows", 0))])
     return "\n".join(lines) + "\n"

@@ -25,6 +25,16 @@ def tiny_pair(tiny_dir) -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="session")
+def smollm_f16(tmp_path_factory) -> Path:
+    """SmolLM2 in F16: its batched and single-row logits agree, so greedy identity is exact (its Q4_1 file drafts)."""
+    from edgespec import backend, default_model
+
+    target = tmp_path_factory.mktemp("smollm") / "smollm2-f16.gguf"
+    backend.quantize(default_model.path(), target, "F16")
+    return target
+
+
+@pytest.fixture(scope="session")
 def make_pair(tiny_dir):
     """The tiny pair rewritten with another end-of-generation token (the weights are the same)."""
 

@@ -44,3 +44,29 @@ def exact_first_two(model, prompt, cfg) -> dict:
             joint[(int(a), int(b))] = p1[a] * p2[b]
     ctx.close()
     return joint
+
+
+def exact_first_two_guided(engine, prompt, cfg, constraint=None) -> dict:
+    """The same under a constraint and the penalties: each position's row masked and penalised by the text before
+    it, as constrained plain decoding samples it."""
+    from edgespec.backend import Context
+    from edgespec.constraints import Grammar
+    from edgespec.guide import Guide
+    from edgespec.sampling import probabilities
+
+    model = engine.model
+    grammar = Grammar(constraint, model.constraint_tokenizer(), model.n_vocab) if constraint else None
+    guide = Guide(cfg, grammar, prompt, model.n_vocab, model.is_eog)
+    ctx = Context(model, n_ctx=256)
+    ctx.decode(prompt[:-1])
+    p1 = probabilities(guide.shape(ctx.decode(prompt[-1:], [0])[0]), cfg)
+    joint = {}
+    for a in np.flatnonzero(p1):
+        ctx.truncate(len(prompt))
+        guide.push(int(a))
+        p2 = probabilities(guide.shape(ctx.decode([int(a)], [0])[0]), cfg)
+        guide.pop(1)
+        for b in np.flatnonzero(p2):
+            joint[(int(a), int(b))] = p1[a] * p2[b]
+    ctx.close()
+    return joint

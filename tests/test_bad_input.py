@@ -94,6 +94,17 @@ def _corpus() -> list[Case]:
         Case("misspelled command", ["generat", "-p", "hi"], 2, r"No such command 'generat'.*generate"),
         Case("missing prompt", ["generate", "-m", "{t}"], 2, r"Missing option '--prompt'.*--help"),
         Case("system without chat", [*gen, "--system", "be brief"], 2, r"--system needs --chat"),
+        # constraints and penalties
+        Case("grammar with an undefined rule", [*gen, "--grammar-file", "{g}"], 2, r"invalid grammar: .*",
+             files={"g": 'root ::= "a" missing\n'}),
+        Case("grammar file missing", [*gen, "--grammar-file", "{tmp}/none.gbnf"], 2, r"cannot read the grammar"),
+        Case("schema not JSON", [*gen, "--json-schema", "{{'type': 'object'}}"], 2, r"the JSON schema is not valid JSON"),
+        Case("schema not an object", [*gen, "--json-schema", "{s}"], 2, r"a JSON schema must be a JSON object",
+             files={"s": "[1, 2]"}),
+        Case("two constraints", [*gen, "--json-object", "--json-schema", '{{"type": "object"}}'], 2,
+             r"--json-schema and --json-object cannot be combined"),
+        Case("logit bias not ID=BIAS", [*gen, "--logit-bias", "e=3"], 2, r"--logit-bias.*'e=3' is not ID=BIAS"),
+        Case("repeat penalty zero", [*gen, "--repeat-penalty", "0"], 2, r"--repeat-penalty"),
         # prompts
         Case("prompt longer than the context", ["generate", "-m", "{t}", "-c", "256", "-p", "x" * 300], 1,
              r"the prompt is 300 tokens but the context holds 256; use a larger --ctx-size"),

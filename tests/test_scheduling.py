@@ -96,3 +96,10 @@ def test_no_probe_when_even_a_probe_of_a_caught_up_sequence_is_dearer_than_the_b
     for _ in range(200):
         assert p.plan([Option("draft", 4, remaining=100, behind=500)]) == [(0, "plain")]
         p.observe_step(0.07)
+
+
+def test_a_new_sequence_gets_its_first_token_from_a_plain_step():
+    p = planner(FLAT)
+    assert p.plan([Option("draft", 4, remaining=200, behind=150, first=True)]) == [(0, "first")]
+    assert p.plan([Option("draft", 4, remaining=200, behind=150)])[0][0] > 0  # the next step drafts
+    assert p.plan([Option("lookup", 4, remaining=200, first=True)])[0][0] > 0  # lookup has nothing to read

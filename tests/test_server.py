@@ -197,12 +197,70 @@ def test_logprobs_under_speculation_equal_speculation_off(server):
      "speculative.mode"),
     ({"messages": [{"role": "user", "content": "hi"}], "speculative": {"draft_max": 99}}, 400, None, "draft_max"),
     ({"messages": [{"role": "user", "content": "x " * 1200}]}, 400, "context_length_exceeded", "messages"),
+    ({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "yaml"}}, 400, None,
+     "response_format"),
+    ({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema",
+                                                                         "json_schema": {"schema": "x"}}},
+     400, None, "response_format"),
+    ({"messages": [{"role": "user", "content": "hi"}], "grammar": "root ::= undefined_rule"}, 400, None, "grammar"),
+    ({"messages": [{"role": "user", "content": "hi"}], "logit_bias": {"abc": 1}}, 400, None, "logit_bias"),
+    ({"messages": [{"role": "user", "content": "hi"}], "logit_bias": {"5": 500}}, 400, None, "logit_bias"),
+    ({"messages": [{"role": "user", "content": "hi"}], "presence_penalty": 3}, 400, None, "presence_penalty"),
 ])
 def test_bad_requests_are_openai_errors(server, body, status, code, param):
     r = server.post("/v1/chat/completions", body)
     assert r.status_code == status, r.text
     err = r.json()["error"]
     assert err["type"] == "invalid_request_error" and err["message"] and err["code"] == code and err["param"] == param
+
+
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 10}, "n": {"type": "integer"}},
+          "required": ["name", "n"], "additionalProperties": False}
+
+
+@pytest.mark.parametrize("mode", ["off", "auto", "draft", "lookup", "hybrid"])
+def test_structured_output_equals_the_target_alone_and_validates(server, engine, mode):
+    import edgespec
+    jsonschema = pytest.importorskip("jsonschema")
+
+    client = server.client()
+    for p in PROMPTS[:3]:
+        for fmt, constraint in (({"type": "json_object"}, edgespec.Constraint.json_object()),
+                                ({"type": "json_schema", "json_schema": {"name": "person", "schema": SCHEMA}},
+                                 edgespec.Constraint.json_schema(SCHEMA))):
+            ref = engine.generate(engine.tokenize_chat([("user", p)]), max_tokens=60, constraint=constraint,
+                                  speculative=False)
+            r = client.chat.completions.create(model="x", messages=[{"role": "user", "content": p}], max_tokens=60,
+                                               temperature=0, response_format=fmt,
+                                               extra_body={"speculative": {"mode": mode, "draft_max": 4}})
+            assert r.choices[0].message.content == ref.text, (p, fmt)
+            if ref.finish_reason == "stop":
+                value = json.loads(r.choices[0].message.content)
+                if fmt["type"] == "json_schema":
+                    jsonschema.validate(value, SCHEMA)
+
+
+def test_penalties_and_logit_bias_equal_the_target_alone(server, engine):
+    import dataclasses
+
+    import edgespec
+    client = server.client()
+    for p in PROMPTS[:4]:
+        cfg = dataclasses.replace(edgespec.GREEDY, presence_penalty=0.5, frequency_penalty=0.3,
+                                  logit_bias=((ord("e"), 2.0),))
+        ref = engine.generate(p, max_tokens=30, sampling=cfg, speculative=False)
+        r = client.completions.create(model="x", prompt=p, max_tokens=30, temperature=0, presence_penalty=0.5,
+                                      frequency_penalty=0.3, logit_bias={str(ord("e")): 2.0},
+                                      extra_body={"speculative": {"mode": "hybrid", "draft_max": 4}})
+        assert r.choices[0].text == ref.text, p
+
+
+def test_ignore_eos_runs_every_answer_to_max_tokens(server):
+    client = server.client()
+    for p in PROMPTS[:4]:
+        r = client.completions.create(model="x", prompt=p, max_tokens=40, temperature=0,
+                                      extra_body={"ignore_eos": True})
+        assert r.usage.completion_tokens == 40 and r.choices[0].finish_reason == "length"
 
 
 def test_unknown_fields_are_ignored_and_unknown_routes_are_json(server):
@@ -314,13 +372,12 @@ def _served_together_equal_the_target_alone(target, draft, prompts, modes, max_t
 
 
 @pytest.mark.realmodel
-def test_smollm_f16_served_to_concurrent_clients_equals_the_target_alone(tmp_path):
+def test_smollm_f16_served_to_concurrent_clients_equals_the_target_alone(smollm_f16):
     """SmolLM2 in F16 (its batched and single-row logits agree, so identity is exact) with its Q4_1 file drafting."""
-    from edgespec import backend, default_model
+    from edgespec import default_model
     from test_real_models import PROMPTS as REAL
 
-    target = tmp_path / "smollm2-f16.gguf"
-    backend.quantize(default_model.path(), target, "F16")
+    target = smollm_f16
     prompts = REAL + ["Count from one to twenty.", "Name three rivers in Europe.", "What is 12 times 12?"]
     drafted = _served_together_equal_the_target_alone(target, default_model.path(), prompts,
                                                       ["draft", "hybrid", "auto"], max_tokens=40)

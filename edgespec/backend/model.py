@@ -47,6 +47,8 @@ class Model(_Freed):
         self.is_recurrent = bool(ll.llama_model_is_recurrent(self._ptr) or ll.llama_model_is_hybrid(self._ptr))
         self._pieces: dict[int, bytes] = {}
         self._special: tuple[re.Pattern | None, dict[str, int]] | None = None
+        self._llg = None
+        self._eog: list[int] | None = None
 
     def _open(self):
         """The vocabulary pointer, or a clear error once the model has been freed (never a dangling pointer)."""
@@ -89,6 +91,36 @@ class Model(_Freed):
 
     def is_eog(self, token: int) -> bool:
         return 0 <= token < self.n_vocab and bool(ll.llama_vocab_is_eog(self._open(), token))
+
+    def constraint_tokenizer(self):
+        """llguidance's tokenizer for this vocabulary, every end-of-generation token an end for it (built once: a
+        pass over the vocabulary, about a second for 150k tokens)."""
+        if self._llg is None:
+            from llguidance import LLTokenizer
+
+            # Each token's bytes as llama.cpp renders it; control tokens (and user-defined ones shaped like them)
+            # marked with a leading 0xff, llguidance's sign for a special token (as its llamacpp helper does).
+            vocab, buf, pieces = self._open(), ctypes.create_string_buffer(4096), []
+            for t in range(self.n_vocab):
+                n = ll.llama_token_to_piece(vocab, t, buf, len(buf), 0, True)
+                piece = bytes(buf[:max(n, 0)])
+                attr = ll.llama_vocab_get_attr(vocab, t)
+                if attr & ll.LLAMA_TOKEN_ATTR_CONTROL or (attr & ll.LLAMA_TOKEN_ATTR_USER_DEFINED
+                                                          and piece.startswith(b"<") and piece.endswith(b">")):
+                    piece = b"\xff" + piece
+                pieces.append(piece)
+            tokenize = ctypes.cast(ll.llama_cpp._lib.llama_tokenize, ctypes.c_void_p).value
+            self._llg = LLTokenizer.from_llamacpp(tokens=pieces, vocab_ptr=vocab, tokenize_fptr=tokenize,
+                                                  eos_token=self.eog_ids or [self.eos], slices=None)
+        return self._llg
+
+    @property
+    def eog_ids(self) -> list[int]:
+        """Every end-of-generation token of the vocabulary."""
+        if self._eog is None:
+            vocab = self._open()
+            self._eog = [t for t in range(self.n_vocab) if ll.llama_vocab_is_eog(vocab, t)]
+        return self._eog
 
     def tokenize(self, text: str | bytes, add_special: bool = True, parse_special: bool = True) -> list[int]:
         """Text -> tokens. parse_special: text such as "<|im_end|>" becomes that control token (for prompts the

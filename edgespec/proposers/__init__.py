@@ -32,8 +32,12 @@ class Proposer(Protocol):
     def begin(self, seq: Sequence[int]) -> None:
         """A generation starts from seq: do its prompt work now (e.g. prefill a draft cache), not in round one."""
 
-    def propose(self, seq: Sequence[int], k: int, sampling: SamplingConfig, rng: np.random.Generator) -> Proposal:
-        """Up to k tokens to follow seq (the whole text so far, prompt included)."""
+    def propose(self, seq: Sequence[int], k: int, sampling: SamplingConfig, rng: np.random.Generator,
+                guide=None) -> Proposal:
+        """Up to k tokens to follow seq (the whole text so far, prompt included). guide (a guide.Guide, given only
+        when the output is constrained or penalised) shapes a model's logits as the target's are shaped: draft
+        under it (push each drafted token, pop them all before returning). Proposals that ignore it are cut where
+        the grammar forbids."""
 
     def accepted(self, n_accepted: int) -> None:
         """How many tokens of the last proposal the target accepted."""
@@ -46,7 +50,9 @@ class Proposer(Protocol):
 
 
 from .draft_model import DraftModelProposer  # noqa: E402
+from .grammar import GrammarProposer  # noqa: E402
 from .hybrid import HybridProposer  # noqa: E402
 from .prompt_lookup import PromptLookupProposer  # noqa: E402
 
-__all__ = ["Proposal", "Proposer", "DraftModelProposer", "PromptLookupProposer", "HybridProposer", "EMPTY"]
+__all__ = ["Proposal", "Proposer", "DraftModelProposer", "PromptLookupProposer", "HybridProposer", "GrammarProposer",
+           "EMPTY"]

@@ -20,7 +20,8 @@ class DraftModelProposer:
         if len(seq) <= self.ctx.n_ctx:
             self.ctx.sync(seq[:-1])
 
-    def propose(self, seq: Sequence[int], k: int, sampling: SamplingConfig, rng: np.random.Generator) -> Proposal:
+    def propose(self, seq: Sequence[int], k: int, sampling: SamplingConfig, rng: np.random.Generator,
+                guide=None) -> Proposal:
         k = min(k, self.ctx.n_ctx - len(seq) + 1)  # seq plus k-1 drafted tokens must fit in the draft's cache
         if k <= 0:
             return Proposal([])
@@ -29,21 +30,33 @@ class DraftModelProposer:
         tokens: list[int] = []
         qs: list[np.ndarray] = []
         model = self.ctx.model
-        for i in range(k):
-            if sampling.greedy:
-                tok = int(np.argmax(logits))
-                if self.p_min > 0 and _top_probability(logits) < self.p_min:
-                    break
-            else:
-                q = probabilities(logits, sampling)
-                if self.p_min > 0 and q.max() < self.p_min:
-                    break
-                tok = sample(q, rng)
-                qs.append(self._fit(q))
-            tokens.append(tok)
-            if i == k - 1 or model.is_eog(tok):
-                break  # nothing is worth drafting past the end of the text
-            logits = self.ctx.decode([tok], [0])[0]
+        pushed = 0
+        try:
+            for i in range(k):
+                if guide is not None:  # the same mask and penalties as the target's row here: q is what we sample
+                    logits = guide.shape(logits)
+                    if not np.isfinite(logits).any():
+                        break
+                if sampling.greedy:
+                    tok = int(np.argmax(logits))
+                    if self.p_min > 0 and _top_probability(logits) < self.p_min:
+                        break
+                else:
+                    q = probabilities(logits, sampling)
+                    if self.p_min > 0 and q.max() < self.p_min:
+                        break
+                    tok = sample(q, rng)
+                    qs.append(self._fit(q))
+                tokens.append(tok)
+                if i == k - 1 or model.is_eog(tok):
+                    break  # nothing is worth drafting past the end of the text
+                if guide is not None:
+                    guide.push(tok)
+                    pushed += 1
+                logits = self.ctx.decode([tok], [0])[0]
+        finally:
+            if pushed:
+                guide.pop(pushed)
         return Proposal(tokens, qs or None, ["draft"] * len(tokens))
 
     def _fit(self, q: np.ndarray) -> np.ndarray:

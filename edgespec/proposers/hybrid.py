@@ -26,11 +26,24 @@ class HybridProposer:
         self.lookup.begin(seq)
         self.draft.begin(seq)
 
-    def propose(self, seq: Sequence[int], k: int, sampling: SamplingConfig, rng: np.random.Generator) -> Proposal:
+    def propose(self, seq: Sequence[int], k: int, sampling: SamplingConfig, rng: np.random.Generator,
+                guide=None) -> Proposal:
         a = self.lookup.propose(seq, k, sampling, rng)
+        if guide is not None:  # cut where the grammar forbids
+            n = guide.allowed_prefix(a.tokens)
+            a = Proposal(a.tokens[:n], None, a.sources[:n], a.key)
         if len(a.tokens) >= k:
             return a
-        b = self.draft.propose([*seq, *a.tokens], k - len(a.tokens), sampling, rng)
+        pushed = 0
+        try:
+            if guide is not None:
+                for t in a.tokens:
+                    guide.push(t)
+                    pushed += 1
+            b = self.draft.propose([*seq, *a.tokens], k - len(a.tokens), sampling, rng, guide=guide)
+        finally:
+            if pushed:
+                guide.pop(pushed)
         q = None if b.q is None else [None] * len(a.tokens) + list(b.q)
         return Proposal(a.tokens + b.tokens, q, a.sources + b.sources)
 

@@ -46,7 +46,8 @@ class PromptLookupProposer:
                 return s[end:end + k], n
         return [], 0
 
-    def propose(self, seq: Sequence[int], k: int, sampling: SamplingConfig, rng: np.random.Generator) -> Proposal:
+    def propose(self, seq: Sequence[int], k: int, sampling: SamplingConfig, rng: np.random.Generator,
+                guide=None) -> Proposal:
         self._extend(seq)
         tokens, n = self.match(k) if k > 0 else ([], 0)
         # A longer match is a better guess: the engine keeps acceptance per match length.
