@@ -70,25 +70,30 @@ def start(argv: list[str], url: str, timeout: float = 600, env: dict | None = No
 
 
 def one(url: str, prompt: str, max_tokens: int, extra: dict, system: str = "You are a helpful assistant.") -> dict:
-    """One streamed chat request: time to first token, generation time, tokens, text."""
+    """One streamed chat request: time to first token, generation time, tokens, text (or the error, when the
+    server dropped it: llama-cpp-python's server does under concurrent streams)."""
     body = {"messages": [{"role": "system", "content": system}, {"role": "user", "content": prompt}],
             "max_tokens": max_tokens, "temperature": 0,
             "stream": True, "stream_options": {"include_usage": True}, **extra}
     t0 = time.perf_counter()
     first, text, n = None, [], None
-    with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=600) as r:
-        r.raise_for_status()
-        for line in r.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            if chunk.get("usage"):
-                n = chunk["usage"]["completion_tokens"]
-            for choice in chunk.get("choices", []):
-                piece = choice.get("delta", {}).get("content")
-                if piece:
-                    first = first or time.perf_counter()
-                    text.append(piece)
+    try:
+        with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=600) as r:
+            r.raise_for_status()
+            for line in r.iter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[6:])
+                if chunk.get("usage"):
+                    n = chunk["usage"]["completion_tokens"]
+                for choice in chunk.get("choices", []):
+                    piece = choice.get("delta", {}).get("content")
+                    if piece:
+                        first = first or time.perf_counter()
+                        text.append(piece)
+    except httpx.HTTPError as e:
+        return {"ttft": time.perf_counter() - t0, "ms_per_token": float("nan"), "tokens": len(text),
+                "text": "".join(text), "error": f"{type(e).__name__}: {e}"}
     end = time.perf_counter()
     first = first or end
     n = n if n is not None else len(text)
@@ -146,11 +151,13 @@ def summary(runs: list[list[dict]], concurrency: int) -> dict:
         xs = sorted(xs)
         return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
 
-    ttft, mspt = [r["ttft"] * 1000 for r in rs], [r["ms_per_token"] for r in rs]
+    ok = [r for r in rs if "error" not in r] or rs
+    ttft, mspt = [r["ttft"] * 1000 for r in ok], [r["ms_per_token"] for r in ok]
     wall = sum(run[0]["wall"] for run in runs)
     return {"concurrency": concurrency, "ttft_p50": statistics.median(ttft), "ttft_p95": pct(ttft, 0.95),
             "ms_per_token_p50": statistics.median(mspt), "ms_per_token_p95": pct(mspt, 0.95),
             "tokens": sum(r["tokens"] for r in rs), "seconds": wall, "repeats": len(runs),
+            "failed": sum("error" in r for r in rs),
             "tokens_per_s": sum(r["tokens"] for r in rs) / wall,
             "tokens_per_s_each": [sum(r["tokens"] for r in run) / run[0]["wall"] for run in runs],
             "texts": [r["text"] for r in runs[0]]}
@@ -270,6 +277,7 @@ def main() -> None:
                     print(f"{name:<13}{variant:<9} c={c}  ttft p50 {r['ttft_p50']:7.0f} ms  p95 {r['ttft_p95']:7.0f}  "
                           f"ms/token p50 {r['ms_per_token_p50']:6.1f} p95 {r['ms_per_token_p95']:6.1f}  "
                           f"{r['tokens_per_s']:6.1f} tok/s ({each})  identical to edgespec off: {same}/{len(prompts)}"
+                          + (f"  FAILED requests: {r['failed']}" if r["failed"] else "")
                           + (f"  rounds so far: {r['rounds']}" if "rounds" in r else ""), flush=True)
         finally:
             for proc in procs:
