@@ -49,6 +49,22 @@ class Proposer(Protocol):
         """Free what the proposer holds."""
 
 
+class WithoutModel:
+    """What a proposer with no model of its own does between proposals: nothing to read, free, or time."""
+
+    def begin(self, seq: Sequence[int]) -> None:
+        pass
+
+    def accepted(self, n_accepted: int) -> None:
+        pass
+
+    def llama_seconds(self) -> float:
+        return 0.0
+
+    def close(self) -> None:
+        pass
+
+
 from .draft_model import DraftModelProposer  # noqa: E402
 from .grammar import GrammarProposer  # noqa: E402
 from .hybrid import HybridProposer  # noqa: E402

@@ -7,23 +7,11 @@ from typing import Sequence
 import numpy as np
 
 from ..sampling import SamplingConfig
-from . import Proposal
+from . import Proposal, WithoutModel
 
 
-class GrammarProposer:
-    def begin(self, seq: Sequence[int]) -> None:
-        pass
-
+class GrammarProposer(WithoutModel):
     def propose(self, seq: Sequence[int], k: int, sampling: SamplingConfig, rng: np.random.Generator,
                 guide=None) -> Proposal:
         tokens = guide.forced()[:k] if guide is not None and k > 0 else []
         return Proposal(tokens, None, ["grammar"] * len(tokens), key="grammar")
-
-    def accepted(self, n_accepted: int) -> None:
-        pass
-
-    def llama_seconds(self) -> float:
-        return 0.0
-
-    def close(self) -> None:
-        pass
