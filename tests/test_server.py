@@ -42,7 +42,8 @@ class Server:
         raise AssertionError("the server did not come up in 60 s")
 
     def client(self, **kw) -> openai.OpenAI:
-        return openai.OpenAI(base_url=self.url + "/v1", api_key=kw.pop("api_key", "none"), max_retries=0, timeout=60)
+        return openai.OpenAI(base_url=self.url + "/v1", api_key=kw.pop("api_key", "none"), max_retries=0,
+                             timeout=kw.pop("timeout", 60))
 
     def post(self, path, body, **kw):
         data = body if isinstance(body, (bytes, str)) else json.dumps(body)
@@ -347,7 +348,7 @@ def _served_together_equal_the_target_alone(target, draft, prompts, modes, max_t
                for p in prompts}
     server = Server("-m", target, "-d", draft, "--lookup", "-c", "2048", "--parallel", "4", "-k", "4")
     try:
-        client = server.client()
+        client = server.client(timeout=600)  # more requests than sequences, on real models: some wait minutes
         for mode in modes:
             got, errors = {}, []
 
