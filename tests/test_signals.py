@@ -102,9 +102,13 @@ def test_the_cli_starts_without_loading_llama_cpp():
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 
-def test_ctrl_c_during_a_model_load_stops_the_load(tiny_pair, monkeypatch):
+def test_ctrl_c_during_a_model_load_stops_the_load(tiny_pair, monkeypatch, request):
     """SIGINT arriving inside llama.cpp's load used to be swallowed by a ctypes callback (exit 0 later)."""
     from edgespec import backend
+
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:  # ignored under nohup or a background job
+        old = signal.signal(signal.SIGINT, signal.default_int_handler)
+        request.addfinalizer(lambda: signal.signal(signal.SIGINT, old))
 
     real = backend.ll.llama_model_load_from_file
     seen = {}
