@@ -1,0 +1,229 @@
+"""The options generate, chat and serve share, and what they build: the models (presets, the default), the engine,
+the sampling config and the output constraint. cli.py's commands only add their own flags and run."""
+from __future__ import annotations
+
+import math
+
+import click
+
+from . import default_model
+from .errors import InvalidArgument
+
+
+class Finite(click.FloatRange):
+    """A float range that also refuses nan and inf (which a plain range lets through)."""
+
+    def convert(self, value, param, ctx):
+        value = super().convert(value, param, ctx)
+        if not math.isfinite(value):
+            self.fail(f"{value} is not a finite number", param, ctx)
+        return value
+
+
+class ListOption(click.Option):
+    """A repeatable option whose EDGESPEC_* variable holds one value as it is (spaces kept) or a JSON list."""
+
+    def value_from_envvar(self, ctx):
+        from .settings import split_list
+
+        raw = self.resolve_envvar_value(ctx)
+        return None if raw is None else split_list(raw)
+
+    def type_cast_value(self, ctx, value):
+        return super().type_cast_value(ctx, [value] if isinstance(value, str) else value)
+
+
+def _option(*decls, **kw):
+    """A shared option whose default can also come from EDGESPEC_<NAME> or the settings file."""
+    from .settings import env_name
+
+    name = next(d for d in decls if d.startswith("--"))[2:].replace("-", "_")
+    if kw.get("multiple"):
+        kw["cls"] = ListOption
+    return click.option(*decls, envvar=env_name(name), show_envvar=True, **kw)
+
+
+ENGINE_OPTIONS = [
+    _option("--model", "-m", metavar="GGUF", help="Target model. Default: the embedded SmolLM2-135M-Instruct."),
+    _option("--draft", "-d", metavar="GGUF", help="Draft model (same vocabulary as the target)."),
+    _option("--lookup", is_flag=True,
+                 help="Prompt-lookup drafting (copies from the prompt and the text so far; no model). "
+                      "With --draft: the hybrid, lookup first and the draft model for the rest."),
+    _option("--no-spec", is_flag=True, help="Plain decoding with the target alone (the baseline)."),
+    _option("--max-tokens", "-n", default=None, type=click.IntRange(min=0),
+                 help="Most tokens to generate (generate: 256; chat: 1024 per reply)."),
+    _option("--temperature", "-t", default=0.8, show_default=True, type=Finite(min=0),
+                 help="0 = greedy, identical to the target alone token for token."),
+    _option("--top-k", default=40, show_default=True, type=click.IntRange(min=0), help="0 = off."),
+    _option("--top-p", default=0.95, show_default=True, type=Finite(0, 1, min_open=True)),
+    _option("--min-p", default=0.05, show_default=True, type=Finite(0, 1)),
+    _option("--seed", type=click.IntRange(min=-1), help="Seed for sampling (reproducible runs); -1: a random one."),
+    _option("--repeat-penalty", default=1.0, show_default=True, type=Finite(min=0, min_open=True),
+            help="Divide the logits of tokens seen in the last --repeat-last-n tokens by this (1 = off)."),
+    _option("--repeat-last-n", default=64, show_default=True, type=click.IntRange(min=0),
+            help="Tokens the penalties look back over (prompt included)."),
+    _option("--presence-penalty", default=0.0, show_default=True, type=Finite(),
+            help="Subtract this from the logits of tokens seen in the window."),
+    _option("--frequency-penalty", default=0.0, show_default=True, type=Finite(),
+            help="Subtract this times the count of each token seen in the window."),
+    _option("--logit-bias", multiple=True, metavar="ID=BIAS",
+            help="Add BIAS to token ID's logit (repeatable; -inf bans the token)."),
+    _option("--draft-max", "-k", default=8, show_default=True, type=click.IntRange(min=0),
+                 help="Most tokens drafted per round; fewer (or none) when measured costs say that is faster."),
+    _option("--fixed", is_flag=True, help="Draft exactly --draft-max tokens every round (no adaptive length)."),
+    _option("--draft-p-min", default=0.0, show_default=True, type=Finite(0, 1),
+                 help="Stop a draft when the draft model's top probability falls below this."),
+    _option("--stop", multiple=True,
+            help="Stop when this text appears (repeatable; EDGESPEC_STOP: one text, or a JSON list)."),
+    _option("--ctx-size", "-c", default=4096, show_default=True, type=click.IntRange(min=1),
+            help="Context in tokens (llama.cpp rounds it up to a multiple of 256)."),
+    _option("--threads", type=click.IntRange(min=1), help="CPU threads (default: physical cores)."),
+    _option("--draft-threads", type=click.IntRange(min=1), help="CPU threads for the draft (default: as --threads)."),
+    _option("--draft-ctx-size", type=click.IntRange(min=1), help="Draft context (default: as --ctx-size)."),
+    _option("--gpu-layers", default=0, show_default=True, type=int, help="Target layers on the GPU (-1 = all)."),
+    _option("--draft-gpu-layers", type=int, help="Draft layers on the GPU (default: as --gpu-layers)."),
+    _option("--verbose", is_flag=True, help="Show llama.cpp's own log."),
+]
+
+
+def engine_options(f):
+    for option in reversed(ENGINE_OPTIONS):
+        f = option(f)
+    return f
+
+
+ENGINE_PARAMS = engine_options(lambda **kw: None).__click_params__
+
+
+def choose_models(opts: dict) -> tuple[str, str | None, bool, bool]:
+    """(target path, draft path or None, prompt lookup, the default model?) from the shared options: the default
+    model with prompt lookup when none is named; a preset brings its own draft and drafting."""
+    from . import backend
+    from .hub import cached_or_download, resolve
+
+    backend.set_verbose(opts["verbose"])
+    model, draft, lookup = opts["model"], opts["draft"], opts["lookup"]
+    spec = not opts["no_spec"]
+    default = model is None
+    if default:
+        model = str(default_model.path())
+        lookup = lookup or not draft
+    else:
+        model, preset = resolve(model)
+        if preset is not None and draft is None and spec:
+            draft = preset.draft and cached_or_download(preset.draft)
+            lookup = lookup or preset.lookup
+    if draft is not None and spec:
+        draft = resolve(str(draft))[0]
+    return str(model), (str(draft) if draft and spec else None), bool(lookup and spec), default
+
+
+def load_engine(opts: dict):
+    """The engine the shared options describe."""
+    from .engine import Engine
+
+    model, draft, lookup, default = choose_models(opts)
+    engine = Engine.load(model, draft, lookup=lookup, n_ctx=opts["ctx_size"],
+                         n_threads=opts["threads"], n_gpu_layers=opts["gpu_layers"],
+                         draft_n_ctx=opts["draft_ctx_size"], draft_n_gpu_layers=opts["draft_gpu_layers"],
+                         draft_n_threads=opts["draft_threads"], draft_p_min=opts["draft_p_min"],
+                         draft_max=opts["draft_max"], adaptive=not opts["fixed"])
+    if default:
+        click.echo(f"edgespec: using the default model, {default_model.NAME}, {engine.drafting}; for a bigger one "
+                   "pass --model (a file, a preset from `edgespec models`, or REPO:FILE)", err=True)
+    note_context(engine.target.n_ctx, opts["ctx_size"])
+    return engine
+
+
+def note_context(got: int, asked: int) -> None:
+    if got != asked:
+        click.echo(f"edgespec: note: the context holds {got} tokens (--ctx-size {asked}: llama.cpp rounds up to a "
+                   "multiple of 256)", err=True)
+
+
+def sampling_of(opts: dict):
+    from .sampling import SamplingConfig
+
+    bias = []
+    for item in opts.get("logit_bias") or ():
+        token, _, value = item.partition("=")
+        try:
+            bias.append((int(token), float(value)))
+        except ValueError:
+            raise click.BadParameter(f"{item!r} is not ID=BIAS (e.g. 1234=-inf)", param_hint="--logit-bias") from None
+    return SamplingConfig(opts["temperature"], opts["top_k"], opts["top_p"], opts["min_p"], opts["seed"],
+                          repeat_penalty=opts["repeat_penalty"], repeat_last_n=opts["repeat_last_n"],
+                          presence_penalty=opts["presence_penalty"], frequency_penalty=opts["frequency_penalty"],
+                          logit_bias=tuple(bias))
+
+
+def constraint_options(f):
+    f = click.option("--json-object", is_flag=True, help="The output is a JSON object (any).")(f)
+    f = click.option("--json-schema", metavar="SCHEMA",
+                     help="The output is JSON valid under this schema: a file, or the schema itself.")(f)
+    f = click.option("--grammar-file", metavar="FILE",
+                     help="The output matches this grammar: GBNF (llama.cpp's format), or Lark if FILE ends .lark.")(f)
+    return f
+
+
+def constraint_of(grammar_file: str | None, json_schema: str | None, json_object: bool):
+    """The constraint the options ask for (None: free text); a bad one is an error before any model loads."""
+    from pathlib import Path
+
+    from .constraints import Constraint
+
+    given = [name for name, v in (("--grammar-file", grammar_file), ("--json-schema", json_schema),
+                                  ("--json-object", json_object)) if v]
+    if len(given) > 1:
+        raise click.UsageError(f"{' and '.join(given)} cannot be combined: give one constraint")
+    if json_object:
+        constraint = Constraint.json_object()
+    elif grammar_file is not None:
+        constraint = Constraint("lark" if grammar_file.endswith(".lark") else "gbnf", _read(grammar_file, "grammar"))
+    elif json_schema is not None:
+        text = json_schema if json_schema.lstrip().startswith("{") or not Path(json_schema).exists() else \
+            _read(json_schema, "JSON schema")
+        constraint = Constraint("json_schema", text)
+    else:
+        return None
+    constraint.grammar()  # a grammar or schema that does not parse: one line now, not after the model loads
+    return constraint
+
+
+def _read(path: str, what: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise InvalidArgument(f"cannot read the {what} {path}: {getattr(e, 'strerror', None) or e}") from None
+
+
+def text_arg(value: str, where: str) -> str:
+    """Text from the command line or a pipe must be UTF-8: say so, rather than tokenizing mangled bytes."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InvalidArgument(f"{where} is not UTF-8 text (an undecodable byte at character {e.start}); convert "
+                              "it first, e.g. with iconv -t UTF-8") from None
+    return value
+
+
+def chat_template(value: str | None) -> str | None:
+    """--chat-format: a Jinja file, a template name llama.cpp knows, or Jinja text itself; anything else (a
+    mistyped name) is an error rather than a template that prints itself."""
+    from pathlib import Path
+
+    from .backend import builtin_templates
+
+    if value is None:
+        return None
+    if Path(value).is_file():
+        try:
+            return Path(value).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise InvalidArgument(f"cannot read the chat template {value}: {getattr(e, 'strerror', None) or e}")
+    names = builtin_templates()
+    if value in names or "{{" in value or "{%" in value:
+        return value
+    raise InvalidArgument(f"--chat-format {value!r} is neither a file nor a template name llama.cpp knows "
+                          f"({', '.join(sorted(names))})")
