@@ -8,43 +8,57 @@ import secrets
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Sequence, Union
 
 from .backend import Model, apply_builtin_template
 from .errors import EdgespecError
 
 
-def format_messages(model: Model, messages: Sequence[tuple[str, str]], template: str | None = None,
-                    add_assistant: bool = True) -> str:
-    """(role, content) pairs -> the prompt text the model was trained on, ending where the assistant speaks."""
-    return render(model, messages, template, add_assistant)[0]
+def format_messages(model: Model, messages: Sequence[Message], template: str | None = None,
+                    add_assistant: bool = True, tools: Sequence[dict] | None = None) -> str:
+    """Chat messages -> the prompt text the model was trained on, ending where the assistant speaks."""
+    return render(model, messages, template, add_assistant, tools)[0]
 
 
-def tokenize(model: Model, messages: Sequence[tuple[str, str]], template: str | None = None) -> list[int]:
-    """(role, content) messages in the chat template, as tokens ready for the assistant's reply; only the template's
-    markup may become control tokens, what the messages say stays text."""
-    text, literal = render(model, messages, template)
+def tokenize(model: Model, messages: Sequence[Message], template: str | None = None,
+             tools: Sequence[dict] | None = None) -> list[int]:
+    """Chat messages in the chat template, as tokens ready for the assistant's reply; only the template's markup may
+    become control tokens, what the messages say stays text."""
+    text, literal = render(model, messages, template, tools=tools)
     return model.tokenize_literal(text, literal)
 
 
-def render(model: Model, messages: Sequence[tuple[str, str]], template: str | None = None,
-           add_assistant: bool = True) -> tuple[str, list[tuple[int, int]]]:
-    """The prompt text, and the spans of it that must stay literal text when tokenized: wherever a message's
-    content holds the text of a control token ("<|im_end|>"). Only the template's own markup is special.
+# A message: (role, content), or OpenAI's dict (role, content, and an assistant's tool_calls or a tool's answer).
+Message = Union[tuple[str, str], dict]
+
+
+def render(model: Model, messages: Sequence[Message], template: str | None = None,
+           add_assistant: bool = True, tools: Sequence[dict] | None = None) -> tuple[str, list[tuple[int, int]]]:
+    """The prompt text, and the spans of it that must stay literal text when tokenized: wherever a message holds the
+    text of a control token ("<|im_end|>"). Only the template's own markup is special.
 
     Such text is swapped for a placeholder before rendering (so the template treats the content as it would) and
-    put back after, noting where it went."""
-    for role, content in messages:
+    put back after, noting where it went. `tools` (OpenAI's function list) go to a template that knows them; one
+    that does not gets them described in the system message (tools.py)."""
+    msgs = [m if isinstance(m, dict) else {"role": m[0] if len(m) else None, "content": m[1] if len(m) > 1 else None}
+            for m in messages]
+    for m in msgs:
+        role, content = m.get("role"), m.get("content")
         if not isinstance(role, str) or not isinstance(content, str):
             raise EdgespecError(f"a chat message needs a role and content that are text, got {role!r}: {content!r}")
         try:
-            role.encode("utf-8"), content.encode("utf-8")
+            _walk(m, lambda s: s.encode("utf-8"))
         except UnicodeEncodeError:  # lone surrogates: bytes that were not UTF-8 where the text came from
             raise EdgespecError("a chat message is not valid UTF-8 text (it holds undecodable bytes)") from None
     tmpl = template or model.chat_template()
     if not tmpl:
         raise EdgespecError(f"{model.path} has no chat template in its metadata; run without --chat, or give one "
                             "with --chat-format")
+    rich = bool(tools) or any(set(m) - {"role", "content"} or m["role"] == "tool" for m in msgs)
+    if rich and "tool" not in tmpl:
+        from .tools import describe_in_system  # a template that knows no tools: the Hermes format, told in words
+
+        msgs, tools, rich = describe_in_system(msgs, tools), None, False
     control = model.control_pattern()
     # NUL too: llama.cpp's built-in templates take C strings, which would end the message there
     hide_re = re.compile(f"{control.pattern}|\x00" if control is not None else "\x00")
@@ -55,11 +69,11 @@ def render(model: Model, messages: Sequence[tuple[str, str]], template: str | No
         hidden.append(m.group())
         return f"\ue000{nonce}.{len(hidden) - 1}\ue001"
 
-    messages = [(role, hide_re.sub(hide, content)) for role, content in messages]
-    # llama.cpp recognises the common templates itself; anything else is rendered as the Jinja it is.
-    text = apply_builtin_template(tmpl, messages, add_assistant)
+    msgs = [_walk(m, lambda s: hide_re.sub(hide, s)) for m in msgs]
+    # llama.cpp recognises the common templates itself; anything else, and tools, are rendered as the Jinja it is.
+    text = None if rich else apply_builtin_template(tmpl, [(m["role"], m["content"]) for m in msgs], add_assistant)
     if text is None:
-        text = _render_jinja(model, tmpl, messages, add_assistant)
+        text = _render_jinja(model, tmpl, msgs, add_assistant, tools)
     if not hidden:
         return text, []
     out, spans, pos, length = [], [], 0, 0
@@ -75,20 +89,36 @@ def render(model: Model, messages: Sequence[tuple[str, str]], template: str | No
     return "".join(out), spans
 
 
-def _render_jinja(model: Model, tmpl: str, messages: Sequence[tuple[str, str]], add_assistant: bool) -> str:
+def _walk(value, f):
+    """`value` with f applied to every string in it (dicts, lists)."""
+    if isinstance(value, str):
+        return f(value)
+    if isinstance(value, dict):
+        return {k: _walk(v, f) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_walk(v, f) for v in value]
+    return value
+
+
+def _render_jinja(model: Model, tmpl: str, messages: list[dict], add_assistant: bool,
+                  tools: Sequence[dict] | None = None) -> str:
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     def raise_exception(message: str) -> None:
         raise EdgespecError(f"the chat template refused the conversation: {message}")
 
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    # as transformers renders templates: JSON as json.dumps writes it, keys in their order, text not escaped
+    env.filters["tojson"] = lambda x, indent=None, **_: json.dumps(x, ensure_ascii=False, indent=indent)
+    extra = {"tools": list(tools)} if tools else {}
     try:
         return env.from_string(tmpl).render(
-            messages=[{"role": r, "content": c} for r, c in messages],
+            messages=messages,
             add_generation_prompt=add_assistant,
             bos_token=model.token_text(model.bos).decode("utf-8", "replace"),
             eos_token=model.token_text(model.eos).decode("utf-8", "replace"),
             raise_exception=raise_exception,
+            **extra,
         )
     except EdgespecError:
         raise

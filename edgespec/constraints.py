@@ -51,7 +51,16 @@ class Constraint:
         return cls("gbnf", text)
 
     def grammar(self) -> str:
-        """llguidance's grammar for this constraint (not yet checked against a vocabulary)."""
+        """llguidance's grammar for this constraint, compiled once to check it (not yet against a vocabulary)."""
+        from llguidance import LLMatcher
+
+        grammar = self._grammar()
+        error = LLMatcher.validate_grammar(grammar)
+        if error and not error.startswith("WARNING"):
+            raise InvalidArgument(f"invalid {self._name}: {_first_line(error)}")
+        return grammar
+
+    def _grammar(self) -> str:
         from llguidance import LLMatcher, grammar_from
 
         try:

@@ -143,10 +143,12 @@ class Engine:
             return self.tokenize_chat(([("system", system)] if system else []) + [("user", prompt)])
         return self.model.tokenize(prompt)
 
-    def tokenize_chat(self, messages: Sequence[tuple[str, str]], template: str | None = None) -> list[int]:
-        """(role, content) messages in the model's chat template (or the given one), ready for the assistant.
-        Only the template's markup may become control tokens; what the messages say stays text."""
-        return chat.tokenize(self.model, messages, template)
+    def tokenize_chat(self, messages: Sequence, template: str | None = None,
+                      tools: Sequence[dict] | None = None) -> list[int]:
+        """Chat messages ((role, content) pairs or OpenAI's dicts) in the model's chat template (or the given one),
+        ready for the assistant; `tools` as OpenAI's list of functions. Only the template's markup may become
+        control tokens; what the messages say stays text."""
+        return chat.tokenize(self.model, messages, template, tools)
 
     # generation -------------------------------------------------------------------------------------------
     def generate(self, prompt: str | Sequence[int], **kwargs) -> GenerationResult:

@@ -16,6 +16,7 @@ from .batch import MODES, Event, Request
 from .constraints import Constraint
 from .errors import InvalidArgument
 from .sampling import SamplingConfig
+from .tools import CallReader, ToolError, Tools, special_markers
 
 if TYPE_CHECKING:
     from .server import ServerState
@@ -40,14 +41,16 @@ def _number(body: dict, name: str, default, lo: float, hi: float, integer: bool 
     return value
 
 
-def _messages(body: dict) -> list[tuple[str, str]]:
+def _messages(body: dict) -> list[dict]:
+    """OpenAI's messages -> the chat template's: role and content, an assistant's earlier tool calls (arguments as
+    objects, as templates take them) and a tool's results."""
     msgs = body.get("messages")
     if not isinstance(msgs, list) or not msgs:
         raise BadRequest("'messages' must be a non-empty list of {role, content} objects", "messages")
     out = []
     for i, m in enumerate(msgs):
-        if not isinstance(m, dict) or m.get("role") not in ("system", "developer", "user", "assistant"):
-            raise BadRequest(f"messages[{i}]: role must be one of system, developer, user, assistant",
+        if not isinstance(m, dict) or m.get("role") not in ("system", "developer", "user", "assistant", "tool"):
+            raise BadRequest(f"messages[{i}]: role must be one of system, developer, user, assistant, tool",
                              f"messages[{i}].role")
         content = m.get("content")
         if content is None and m["role"] == "assistant":
@@ -62,7 +65,33 @@ def _messages(body: dict) -> list[tuple[str, str]]:
         if not isinstance(content, str):
             raise BadRequest(f"messages[{i}].content must be a string or a list of text parts",
                              f"messages[{i}].content")
-        out.append(("system" if m["role"] == "developer" else m["role"], content))
+        msg = {"role": "system" if m["role"] == "developer" else m["role"], "content": content}
+        if m["role"] == "assistant" and m.get("tool_calls"):
+            msg["tool_calls"] = _earlier_calls(m["tool_calls"], i)
+        if m["role"] == "tool":
+            if not isinstance(m.get("tool_call_id", ""), str):
+                raise BadRequest(f"messages[{i}].tool_call_id must be a string", f"messages[{i}].tool_call_id")
+            msg["tool_call_id"] = m.get("tool_call_id", "")
+        out.append(msg)
+    return out
+
+
+def _earlier_calls(calls, i: int) -> list[dict]:
+    where = f"messages[{i}].tool_calls"
+    if not isinstance(calls, list):
+        raise BadRequest(f"{where} must be a list of calls", where)
+    out = []
+    for call in calls:
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not (isinstance(fn, dict) and isinstance(fn.get("name"), str)):
+            raise BadRequest(f"{where}: each call needs function.name", where)
+        args = fn.get("arguments", "{}")
+        if isinstance(args, str):
+            try:
+                args = json.loads(args) if args.strip() else {}
+            except ValueError:
+                raise BadRequest(f"{where}: function.arguments must be JSON text", where) from None
+        out.append({"id": call.get("id", ""), "type": "function", "function": {"name": fn["name"], "arguments": args}})
     return out
 
 
@@ -144,8 +173,14 @@ def parse(body, state: ServerState, is_chat: bool) -> tuple[Request, dict]:
     n = body.get("n", 1)
     if n != 1:
         raise BadRequest("only n = 1 is supported", "n", "unsupported_value")
+    tools = _tools(body) if is_chat else None
+    constraint = _constraint(body)
+    if tools is not None and tools.active:
+        if constraint is not None:
+            raise BadRequest("give 'tools' or a response format, not both", "response_format")
+        constraint = tools.constraint(special_markers(engine.model))
     if is_chat:
-        tokens = chat.tokenize(engine.model, _messages(body))
+        tokens = chat.tokenize(engine.model, _messages(body), tools=tools.for_template() if tools else None)
     else:
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
@@ -194,8 +229,16 @@ def parse(body, state: ServerState, is_chat: bool) -> tuple[Request, dict]:
     options = body.get("stream_options") or {}
     include_usage = bool(isinstance(options, dict) and options.get("include_usage"))
     req = Request(list(tokens), max_tokens, sampling, _stop(body), mode, draft_max, logprobs,
-                  constraint=_constraint(body))
-    return req, {"stream": stream, "include_usage": include_usage, "chat": is_chat}
+                  constraint=constraint)
+    return req, {"stream": stream, "include_usage": include_usage, "chat": is_chat,
+                 "tools": tools is not None and tools.active}
+
+
+def _tools(body: dict) -> Tools | None:
+    try:
+        return Tools.parse(body.get("tools"), body.get("tool_choice"), body.get("parallel_tool_calls"))
+    except ToolError as e:
+        raise BadRequest(str(e), e.param) from None
 
 
 # rendering --------------------------------------------------------------------------------------------------------
@@ -220,10 +263,12 @@ def _token_entry(model, token: int, logprob: float, top: list[tuple[int, float]]
     return {**one(token, logprob), "top_logprobs": [one(t, lp) for t, lp in top]}
 
 
-def _finish(reason: str | None) -> str:
-    """OpenAI's finish reasons: a grammar that allows nothing more ended the text (stop); anything else that ended
-    it early (a shutdown) is a length."""
-    return "stop" if reason in ("stop", "grammar") else "length" if reason else None
+def _finish(reason: str | None, calls: bool = False) -> str | None:
+    """OpenAI's finish reasons: a grammar that allows nothing more ended the text (stop, or tool_calls when the reply
+    holds calls); anything else that ended it early (a shutdown) is a length."""
+    if reason in ("stop", "grammar"):
+        return "tool_calls" if calls else "stop"
+    return "length" if reason else None
 
 
 class Answer:
@@ -236,6 +281,7 @@ class Answer:
         self.text: list[str] = []
         self.logprobs: list[dict] = []
         self.n_out = 0
+        self.calls = CallReader() if how.get("tools") else None  # a stream's tool calls, read as they come
 
     def add(self, ev: Event) -> None:
         self.text.append(ev.text)
@@ -257,20 +303,39 @@ class Answer:
         choice = {"index": 0, "logprobs": self._logprobs_block(self.logprobs), "finish_reason": _finish(last.finish_reason)}
         if self.how["chat"]:
             choice["message"] = {"role": "assistant", "content": text}
+            if self.calls is not None:
+                reader = CallReader()
+                content, calls = reader.feed(text)
+                content += reader.rest()
+                if calls:
+                    choice["message"] = {"role": "assistant", "content": content.strip() or None, "tool_calls": calls}
+                    choice["finish_reason"] = _finish(last.finish_reason, calls=True)
         else:
             choice["text"] = text
         return {"id": self.id, "object": "chat.completion" if self.how["chat"] else "text_completion",
                 "created": self.created, "model": self.state.model_id, "choices": [choice],
                 "usage": usage(self.req, self.n_out), "timings": timings(last.stats)}
 
-    def chunk(self, ev: Event | None, first: bool = False, last: Event | None = None) -> dict:
+    def chunk(self, ev: Event | None, first: bool = False, last: Event | None = None) -> dict | None:
+        """The SSE chunk for one event (None when it has nothing to show yet: text that may open a tool call)."""
         entries = []
         if ev is not None and ev.logprob is not None:
             entries = [_token_entry(self.state.engine.model, ev.token, ev.logprob, ev.top)]
         choice = {"index": 0, "logprobs": self._logprobs_block(entries) if ev is not None else None,
                   "finish_reason": _finish(last.finish_reason) if last is not None else None}
         text = ev.text if ev is not None else ""
-        if self.how["chat"]:
+        if self.how["chat"] and self.calls is not None and not first:
+            done = len(self.calls.calls)
+            content, calls = self.calls.feed(text) if ev is not None else (self.calls.rest(), [])
+            delta = {"content": content} if content else {}
+            if calls:
+                delta["tool_calls"] = [{"index": done + k, **call} for k, call in enumerate(calls)]
+            if last is not None and self.calls.calls:
+                choice["finish_reason"] = _finish(last.finish_reason, calls=True)
+            if not delta and not entries and last is None:
+                return None
+            choice["delta"] = delta
+        elif self.how["chat"]:
             choice["delta"] = {"role": "assistant", "content": ""} if first else {"content": text} if ev else {}
         else:
             choice["text"] = text
@@ -279,10 +344,6 @@ class Answer:
         if last is not None:
             out["timings"] = timings(last.stats)
         return out
-
-
-def _sse(data) -> str:
-    return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
 
 
 def sse(data) -> str:

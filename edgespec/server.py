@@ -51,12 +51,16 @@ def create_app(state: ServerState) -> Starlette:
             body = json.loads(await request.body())
         except (ValueError, UnicodeDecodeError) as e:
             return error(f"the request body is not valid JSON: {e}")
-        try:
+        events: asyncio.Queue[Event] = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+
+        def admit():  # tokenizing a long prompt, compiling a grammar: work kept off the event loop
             req, how = parse(body, state, is_chat)
-            events: asyncio.Queue[Event] = asyncio.Queue()
-            loop = asyncio.get_running_loop()
             req.on_event = lambda ev: loop.call_soon_threadsafe(events.put_nowait, ev)
-            handle = state.engine.submit(req)
+            return req, how, state.engine.submit(req)
+
+        try:
+            req, how, handle = await asyncio.to_thread(admit)
         except BadRequest as e:
             return error(str(e), e.status, e.param, e.code)
         except ContextOverflowError as e:
@@ -98,12 +102,12 @@ def create_app(state: ServerState) -> Starlette:
                 ev = await events.get()
                 if ev.finish_reason is None:
                     answer.add(ev)
-                    if ev.text or ev.logprob is not None:
-                        yield sse(answer.chunk(ev))
+                    if (ev.text or ev.logprob is not None) and (chunk := answer.chunk(ev)) is not None:
+                        yield sse(chunk)
                     continue
                 answer.add(ev)
-                if ev.text:
-                    yield sse(answer.chunk(ev))
+                if ev.text and (chunk := answer.chunk(ev)) is not None:
+                    yield sse(chunk)
                 if ev.error:
                     yield sse({"error": {"message": f"generation failed: {ev.error}", "type": "server_error"}})
                 yield sse(answer.chunk(None, last=ev))
@@ -208,6 +212,13 @@ def prometheus(state: ServerState) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _warm_grammar_vocab(engine: BatchEngine) -> None:
+    try:
+        engine.model.constraint_tokenizer()
+    except EdgespecError:  # the server stopped (and closed the model) first
+        pass
+
+
 def serve(state: ServerState, load, host: str, port: int, on_ready=None) -> None:
     """Start listening at once (GET /health says 503 while `load()` builds the engine), then serve until SIGINT or
     SIGTERM: every running request gets its final chunk, and this returns."""
@@ -233,6 +244,8 @@ def serve(state: ServerState, load, host: str, port: int, on_ready=None) -> None
             server.should_exit = True
             return
         state.engine = engine
+        # the grammar engine's view of the vocabulary, built now rather than on the first constrained request
+        threading.Thread(target=_warm_grammar_vocab, args=(engine,), name="edgespec-grammar-vocab", daemon=True).start()
         t = threading.Thread(target=engine.run, name="edgespec-scheduler", daemon=True)
         t.start()
         scheduler.append(t)

@@ -1,9 +1,7 @@
 """`edgespec serve` as clients meet it: a real server process on a free loopback port, driven with the official
 `openai` client and with raw HTTP. Every request loop here is bounded in count and time."""
 import json
-import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -14,54 +12,7 @@ import openai
 import pytest
 
 from conftest import PROMPTS
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    def __init__(self, *args, env=None):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen([sys.executable, "-m", "edgespec", "serve", "--port", str(self.port), *map(str, args)],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     env={**os.environ, "EDGESPEC_CONFIG": "", **(env or {})})
-        end = time.time() + 60
-        while time.time() < end:
-            try:
-                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            if self.proc.poll() is not None:
-                raise AssertionError(f"the server exited: {self.proc.stderr.read().decode()}")
-            time.sleep(0.1)
-        raise AssertionError("the server did not come up in 60 s")
-
-    def client(self, **kw) -> openai.OpenAI:
-        return openai.OpenAI(base_url=self.url + "/v1", api_key=kw.pop("api_key", "none"), max_retries=0,
-                             timeout=kw.pop("timeout", 60))
-
-    def post(self, path, body, **kw):
-        data = body if isinstance(body, (bytes, str)) else json.dumps(body)
-        return httpx.post(self.url + path, content=data, timeout=60, **kw)
-
-    def metric(self, name: str) -> float:
-        for line in httpx.get(self.url + "/metrics", timeout=10).text.splitlines():
-            if line.startswith(f"edgespec_{name} ") or line.startswith(f"edgespec_{name}{{"):
-                return float(line.rsplit(" ", 1)[1])
-        raise KeyError(name)
-
-    def stop(self, sig=signal.SIGTERM) -> int:
-        self.proc.send_signal(sig)
-        try:
-            return self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            raise
+from http_server import Server, free_port
 
 
 @pytest.fixture(scope="module")

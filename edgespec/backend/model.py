@@ -4,6 +4,7 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+import threading
 from typing import Sequence
 
 import numpy as np
@@ -48,6 +49,7 @@ class Model(_Freed):
         self._pieces: dict[int, bytes] = {}
         self._special: tuple[re.Pattern | None, dict[str, int]] | None = None
         self._llg = None
+        self._llg_lock = threading.Lock()  # a server warms it in the background while requests may ask
         self._eog: list[int] | None = None
 
     def _open(self):
@@ -95,6 +97,10 @@ class Model(_Freed):
     def constraint_tokenizer(self):
         """llguidance's tokenizer for this vocabulary, every end-of-generation token an end for it (built once: a
         pass over the vocabulary, about a second for 150k tokens)."""
+        with self._llg_lock:
+            return self._constraint_tokenizer()
+
+    def _constraint_tokenizer(self):
         if self._llg is None:
             from llguidance import LLTokenizer
 
@@ -237,8 +243,16 @@ class Model(_Freed):
 
     def close(self) -> None:
         if getattr(self, "_ptr", None):
-            ll.llama_model_free(self._ptr)
-            self._ptr = None
+            lock = getattr(self, "_llg_lock", None)
+            if lock is not None:
+                lock.acquire()  # not while a thread still reads the vocabulary for the grammar engine
+            try:
+                if self._ptr:
+                    ll.llama_model_free(self._ptr)
+                    self._ptr = None
+            finally:
+                if lock is not None:
+                    lock.release()
 
 
 def apply_builtin_template(template: str, messages: Sequence[tuple[str, str]], add_assistant: bool) -> str | None:
