@@ -12,6 +12,7 @@ matcher in an error state, so a Grammar never feeds it a token its mask forbids.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -102,15 +103,18 @@ class Grammar:
             raise InvalidArgument(f"invalid {constraint._name}: {_first_line(self._m.get_error())}")
         self.n_vocab = n_vocab
         self._mask: np.ndarray | None = None
+        self.seconds = 0.0  # time in the matcher and its masks since it was built (what the constraint costs)
 
     def mask(self) -> np.ndarray:
         """Allowed next tokens (bool, one per token id)."""
         if self._mask is None:
+            t0 = time.perf_counter()
             bits = np.frombuffer(self._m.compute_bitmask(), dtype=np.uint8)
             mask = np.unpackbits(bits, bitorder="little")[:self.n_vocab].astype(bool)
             if len(mask) < self.n_vocab:
                 mask = np.concatenate([mask, np.zeros(self.n_vocab - len(mask), dtype=bool)])
             self._mask = mask
+            self.seconds += time.perf_counter() - t0
         return self._mask
 
     def allows(self, token: int) -> bool:
@@ -119,22 +123,32 @@ class Grammar:
     def push(self, token: int) -> None:
         if not self.allows(token):  # the matcher would enter an error state it never leaves
             raise AssertionError(f"token {token} is not allowed by the grammar here")
+        t0 = time.perf_counter()
         self._m.consume_token(token)
         self._mask = None
+        self.seconds += time.perf_counter() - t0
 
     def pop(self, n: int) -> None:
         if n > 0:
+            t0 = time.perf_counter()
             if not self._m.rollback(n):
                 raise AssertionError(f"the grammar could not roll back {n} tokens: {self._m.get_error()}")
             self._mask = None
+            self.seconds += time.perf_counter() - t0
 
     def forced(self) -> list[int]:
         """Tokens that spell the only text the grammar allows next (may be none)."""
-        return [] if self._m.is_stopped() else list(self._m.compute_ff_tokens())
+        t0 = time.perf_counter()
+        out = [] if self._m.is_stopped() else list(self._m.compute_ff_tokens())
+        self.seconds += time.perf_counter() - t0
+        return out
 
     def allowed_prefix(self, tokens: list[int]) -> int:
         """How many of these tokens, in order, the grammar allows from here."""
-        return self._m.validate_tokens(tokens) if tokens else 0
+        t0 = time.perf_counter()
+        n = self._m.validate_tokens(tokens) if tokens else 0
+        self.seconds += time.perf_counter() - t0
+        return n
 
     @property
     def finished(self) -> bool:

@@ -225,6 +225,7 @@ class Engine:
                     yield Response(piece, tok, source is not None, source)
                     turn.check()  # resumed after a later generation took the caches: stop, do not mix texts
             tail = run.text.flush()
+            run.stats.constraint_s = grammar.seconds + guide.mask_s if grammar is not None else 0.0
             yield Response(tail, finish_reason=finish, result=GenerationResult(run.text.text, run.out, finish, run.stats))
         finally:
             self._turns.end(turn)

@@ -7,6 +7,7 @@ history up to row j, i.e. the text plus the first j drafted tokens.
 """
 from __future__ import annotations
 
+import time
 from collections import Counter
 from typing import Sequence
 
@@ -25,6 +26,7 @@ class Guide:
         self.counts: Counter = Counter(self.text[-self.window:] if self.window else ())
         self._shapes = bool(sampling.logit_bias) or self.window > 0
         self._pushed_to_grammar: list[bool] = []  # per pushed token: did the grammar take it (not after an end)
+        self.mask_s = 0.0  # time applying the grammar's masks to rows (the matcher's own time is the grammar's)
 
     @staticmethod
     def needed(sampling: SamplingConfig, grammar: Grammar | None) -> bool:
@@ -68,7 +70,10 @@ class Guide:
             row = np.concatenate([row, np.full(max(0, self.n_vocab - len(row)), -np.inf, np.float32)])[:self.n_vocab]
         row = penalise(row, self.counts, self.sampling) if self._shapes else row.copy()
         if self.grammar is not None:
-            row[~self.grammar.mask()] = -np.inf
+            mask = self.grammar.mask()
+            t0 = time.perf_counter()
+            row[~mask] = -np.inf
+            self.mask_s += time.perf_counter() - t0
         return row
 
     def rows(self, logits: np.ndarray, proposal: Sequence[int]) -> np.ndarray:

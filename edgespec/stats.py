@@ -34,6 +34,7 @@ class GenerationStats:
     accepted_by_source: dict[str, int] = field(default_factory=dict)
     rounds_by_reason: dict[str, int] = field(default_factory=dict)
     fallbacks: list[dict] = field(default_factory=list)  # when and why speculation was switched off
+    constraint_s: float = 0.0  # of the rounds' time, what the grammar cost: its matcher, masks, forced tokens
 
     def add_round(self, rec: RoundRecord) -> None:
         self.rounds.append(rec)
@@ -140,4 +141,5 @@ class GenerationStats:
             "accepted_by_source": dict(self.accepted_by_source),
             "rounds_by_reason": dict(self.rounds_by_reason),
             "fallbacks": list(self.fallbacks),
+            "constraint_s": self.constraint_s,
         }
