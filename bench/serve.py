@@ -283,12 +283,18 @@ def main() -> None:
             for proc in procs:
                 proc.terminate()
                 proc.wait(timeout=60)
-    base = {r["concurrency"]: r["tokens_per_s"] for r in table if r["server"] == "edgespec" and r["variant"] == "off"}
-    print("\naggregate tokens/s relative to edgespec with speculation off, same run:")
+    base = {r["concurrency"]: r for r in table if r["server"] == "edgespec" and r["variant"] == "off"}
+    print("\naggregate tokens/s relative to edgespec with speculation off, same run (pooled over the repeats; with "
+          "--together also the median of each repeat's ratio to off's run beside it):")
     for r in table:
         if r["concurrency"] in base:
-            print(f"  {r['server']:<13}{r['variant']:<9} c={r['concurrency']}: "
-                  f"{r['tokens_per_s'] / base[r['concurrency']]:.2f}x")
+            b = base[r["concurrency"]]
+            r["vs_off"] = r["tokens_per_s"] / b["tokens_per_s"]
+            pairs = [x / y for x, y in zip(r["tokens_per_s_each"], b["tokens_per_s_each"])]
+            r["vs_off_paired_median"] = statistics.median(pairs)
+            paired = (f"  paired median {r['vs_off_paired_median']:.2f}x ({', '.join(f'{x:.2f}' for x in pairs)})"
+                      if args.together and len(pairs) > 1 else "")
+            print(f"  {r['server']:<13}{r['variant']:<9} c={r['concurrency']}: {r['vs_off']:.2f}x{paired}")
     out = Path(args.out) if args.out else ROOT / "bench" / "results" / f"serve-{args.config}.json"
     out.write_text(json.dumps({"command": " ".join(sys.argv), "levels": table}, indent=1) + "\n")
     print(f"\nwritten: {out}")

@@ -4,7 +4,7 @@ acceptance counts, so it is tested with made-up numbers.
 A step is one target decode of every sequence's rows plus, when any sequence drafts, the draft decodes. Drafting
 K tokens for one sequence adds K rows to the step (their marginal cost T_v(rows + K) - T_v(rows)), K draft steps
 shared by every drafting sequence, and once the draft's catch-up on text it has not read (its prompt, or what it
-skipped while plain), paid off over the steps the sequence has left. It brings E[N_K] - 1 expected extra tokens.
+skipped while plain), paid off over the steps the sequence has left, at most HORIZON of them. It brings E[N_K] - 1 expected extra tokens.
 A sequence drafts the K that most raises the batch's tokens per second, by at least `margin`; so drafting fades as
 the batch fills (the verify rows stop being free) and returns when it empties.
 
@@ -20,6 +20,10 @@ from dataclasses import dataclass
 from .tuning import CostModel
 
 WARM_UP_ROUNDS, WARM_UP_K, PROBE_K = 3, 4, 2
+# A catch-up must pay for itself within this many steps: a batch's load changes, and a sequence the rule turns plain
+# again skips text it must read once more later, so paying off over all the tokens a request has left is a promise
+# a busy batch does not keep.
+HORIZON = 16
 
 
 @dataclass
@@ -90,7 +94,7 @@ class StepPlanner:
         best, best_rate = 0, tokens / base / self.margin
         for k in range(1, o.k_max + 1):
             steps = max(draft_steps, k) if o.kind == "draft" else draft_steps
-            left = max(1.0, o.remaining / expected[k])  # steps it has left if it drafts k each time
+            left = min(max(1.0, o.remaining / expected[k]), HORIZON)  # steps that repay the catch-up
             seconds = self.cost.t_verify(rows + k) + steps * step_s + catch + self._catch_up(o) / left
             rate = (tokens + expected[k] - 1) / seconds
             if rate > best_rate:
@@ -121,7 +125,7 @@ class StepPlanner:
         step_s = (self.draft_step_s or 0.0) if o.kind == "draft" else 0.0
         plain = tokens / (self.cost.t_verify(rows) + draft_steps * step_s) / self.margin
         for k in range(1, o.k_max + 1):
-            left = max(1.0, o.remaining / (k + 1))
+            left = min(max(1.0, o.remaining / (k + 1)), HORIZON)
             seconds = (self.cost.t_verify(rows + k) + max(draft_steps, k if o.kind == "draft" else 0) * step_s
                        + self._catch_up(o) / left)
             if (tokens + k) / seconds > plain:

@@ -44,6 +44,14 @@ def test_a_long_catch_up_is_not_worth_it_for_a_short_answer():
     assert p.plan([Option("draft", 4, remaining=4, behind=200)]) == [(0, "plain")]  # 2 s for at most 4 tokens
 
 
+def test_a_catch_up_must_pay_within_a_few_steps_however_long_the_answer():
+    # 20 s of reading would be repaid over ~3,000 steps of a long answer, but a batch's load changes well before:
+    # a sequence that skipped that much text stays plain rather than paying for it on a promise
+    p = planner(FLAT, draft_token=0.01)
+    assert p.plan([Option("draft", 4, remaining=10_000, behind=2000)]) == [(0, "plain")]
+    assert p.plan([Option("draft", 4, remaining=10_000, behind=20)])[0][0] > 0
+
+
 def test_fixed_requests_draft_their_own_k_and_off_is_off():
     p = planner(LINEAR)
     assert p.plan([Option("draft", 3, auto=False), Option("off", 0), Option("lookup", 0)]) == [
