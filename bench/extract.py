@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from collections import defaultdict
@@ -25,7 +24,7 @@ from pathlib import Path
 import edgespec
 
 sys.path.insert(0, str(Path(__file__).parent))
-from run import models_for  # noqa: E402
+from run import add_model_args, pair_of  # noqa: E402
 
 HERE = Path(__file__).parent
 SOURCES = ("grammar", "lookup", "draft")
@@ -84,21 +83,16 @@ class Sums:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--config", choices=["memory", "compute"], default="memory")
-    ap.add_argument("--target")
-    ap.add_argument("--draft")
-    ap.add_argument("--models", default=os.environ.get("EDGESPEC_BENCH_MODELS")
-                    or str(Path.home() / ".cache" / "edgespec-bench"))
+    add_model_args(ap)
     ap.add_argument("--max-tokens", type=int, default=192)
     ap.add_argument("--draft-max", type=int, default=8)
     ap.add_argument("--no-lookup", action="store_true", help="the draft model alone (no prompt lookup)")
     ap.add_argument("--no-free", action="store_true", help="skip the same prompts without the schema")
-    ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--limit", type=int, help="only the first N prompts")
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args()
 
-    target, draft = (Path(args.target), Path(args.draft)) if args.target else models_for(args.config, Path(args.models))
+    target, draft = pair_of(args)
     work = json.loads((HERE / "extraction.json").read_text())[:args.limit]
     lookup = not args.no_lookup
     print(f"target {target.name}, draft {draft.name}{' + lookup' if lookup else ''}, adaptive K<={args.draft_max}, "

@@ -44,6 +44,20 @@ def models_for(config: str, folder: Path) -> tuple[Path, Path]:
     return f16, folder / DRAFT
 
 
+def add_model_args(ap: argparse.ArgumentParser) -> None:
+    """The options that pick the pair: --config (memory: F16 target; compute: Q4_K_M), or --target/--draft."""
+    ap.add_argument("--config", choices=["memory", "compute"], default="memory")
+    ap.add_argument("--target")
+    ap.add_argument("--draft")
+    ap.add_argument("--models", default=os.environ.get("EDGESPEC_BENCH_MODELS")
+                    or str(Path.home() / ".cache" / "edgespec-bench"))
+    ap.add_argument("--threads", type=int, default=2)
+
+
+def pair_of(args) -> tuple[Path, Path]:
+    return (Path(args.target), Path(args.draft)) if args.target else models_for(args.config, Path(args.models))
+
+
 def load_work(limit: int | None = None) -> list[dict]:
     """The workload set; with limit, the first `limit` prompts of each category, categories interleaved."""
     work = json.loads((HERE / "workloads.json").read_text())
@@ -90,21 +104,16 @@ class Totals:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--config", choices=["memory", "compute"], default="memory")
-    ap.add_argument("--target")
-    ap.add_argument("--draft")
-    ap.add_argument("--models", default=os.environ.get("EDGESPEC_BENCH_MODELS")
-                    or str(Path.home() / ".cache" / "edgespec-bench"))
+    add_model_args(ap)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--draft-max", type=int, default=4)
     ap.add_argument("--fixed", action="store_true", help="draft exactly --draft-max every round (else adaptive)")
     ap.add_argument("--lookup", action="store_true", help="prompt lookup first, the draft model for the rest")
-    ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--limit", type=int, help="only the first N prompts of each category")
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args()
 
-    target, draft = (Path(args.target), Path(args.draft)) if args.target else models_for(args.config, Path(args.models))
+    target, draft = pair_of(args)
     work = load_work(args.limit)
     k = f"K={args.draft_max}" if args.fixed else f"adaptive K<={args.draft_max}"
     print(f"target {target.name}, draft {draft.name}{' + lookup' if args.lookup else ''}, {k}, {args.threads} threads, greedy, "

@@ -34,6 +34,17 @@ def smollm_f16(tmp_path_factory) -> Path:
     return target
 
 
+@pytest.fixture(scope="module")
+def server(tiny_pair):
+    """`edgespec serve` on the tiny pair (draft and lookup, 4 sequences), one process per test module."""
+    from http_server import Server
+
+    s = Server("-m", tiny_pair[0], "-d", tiny_pair[1], "--lookup", "-c", "1024", "--parallel", "4", "-k", "4",
+               "--threads", "2")
+    yield s
+    assert s.stop() == 0
+
+
 @pytest.fixture(scope="session")
 def make_pair(tiny_dir):
     """The tiny pair rewritten with another end-of-generation token (the weights are the same)."""

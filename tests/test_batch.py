@@ -174,10 +174,8 @@ def test_smollm_requests_served_together_equal_the_target_alone(tmp_path):
 
 @pytest.mark.slow
 def test_qwen_requests_served_together_equal_the_target_alone():
-    from test_real_models import PROMPTS as REAL, bench_dir
+    from test_real_models import PROMPTS as REAL, qwen_pair
 
-    target, draft = (bench_dir() / f"qwen2.5-coder-{s}-instruct-q4_k_m.gguf" for s in ("1.5b", "0.5b"))
-    if not target.exists() or not draft.exists():
-        pytest.skip("Qwen2.5-Coder pair not present (../shared/models/fetch-bench-models.sh)")
+    target, draft = qwen_pair()
     ties, drafted = _identity_through_the_batch(target, draft, REAL[:4], ["draft"], max_tokens=32)
     assert drafted > 50, drafted

@@ -297,9 +297,7 @@ def test_smollm_f16_constrained_speculation_equals_constrained_plain(smollm_f16)
 
 @pytest.mark.slow
 def test_qwen_f16_constrained_speculation_equals_constrained_plain():
-    from test_real_models import bench_dir
+    from test_real_models import qwen_pair
 
-    target, draft = bench_dir() / "qwen2.5-coder-1.5b-instruct-f16.gguf", bench_dir() / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
-    if not target.exists() or not draft.exists():
-        pytest.skip("Qwen2.5-Coder F16 target or draft not present")
+    target, draft = qwen_pair("1.5b-instruct-f16")
     _constrained_identity(target, draft, EXTRACT, max_tokens=60)

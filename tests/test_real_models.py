@@ -72,11 +72,18 @@ def bench_dir() -> Path:
     return Path(os.environ.get("EDGESPEC_BENCH_MODELS") or Path.home() / ".cache" / "edgespec-bench")
 
 
+def qwen_pair(target: str = "1.5b-instruct-q4_k_m") -> tuple[Path, Path]:
+    """The Qwen2.5-Coder pair from the benchmark folder (target "1.5b-instruct-f16" for the F16 copy), or a skip."""
+    paths = bench_dir() / f"qwen2.5-coder-{target}.gguf", bench_dir() / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+    missing = [p.name for p in paths if not p.exists()]
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not present (../shared/models/fetch-bench-models.sh, make-f16-target.py)")
+    return paths
+
+
 @pytest.mark.slow
 def test_qwen_coder_pair_speculative_equals_plain():
-    target, draft = (bench_dir() / f"qwen2.5-coder-{s}-instruct-q4_k_m.gguf" for s in ("1.5b", "0.5b"))
-    if not target.exists() or not draft.exists():
-        pytest.skip("Qwen2.5-Coder pair not present (../shared/models/fetch-bench-models.sh)")
+    target, draft = qwen_pair()
     with edgespec.Engine.load(target, draft=draft, n_ctx=2048) as engine:
         ties, acceptance = run_identity(engine, PROMPTS[:3], 4, max_tokens=48)
     assert acceptance > 0.4

@@ -16,14 +16,6 @@ from http_server import Server, free_port
 
 
 @pytest.fixture(scope="module")
-def server(tiny_pair):
-    s = Server("-m", tiny_pair[0], "-d", tiny_pair[1], "--lookup", "-c", "1024", "--parallel", "4", "-k", "4",
-               "--threads", "2")
-    yield s
-    assert s.stop() == 0
-
-
-@pytest.fixture(scope="module")
 def reference(engine):
     """The target alone, in this process: what each greedy request must return."""
     return {p: engine.generate(p, max_tokens=30, speculative=False) for p in PROMPTS}
@@ -338,10 +330,7 @@ def test_smollm_f16_served_to_concurrent_clients_equals_the_target_alone(smollm_
 
 @pytest.mark.slow
 def test_qwen_f16_served_to_concurrent_clients_equals_the_target_alone():
-    from test_real_models import PROMPTS as REAL, bench_dir
+    from test_real_models import PROMPTS as REAL, qwen_pair
 
-    target, draft = bench_dir() / "qwen2.5-coder-1.5b-instruct-f16.gguf", bench_dir() / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
-    if not target.exists() or not draft.exists():
-        pytest.skip("Qwen2.5-Coder F16 target or draft not present (../shared/models/fetch-bench-models.sh, "
-                    "make-f16-target.py)")
+    target, draft = qwen_pair("1.5b-instruct-f16")
     assert _served_together_equal_the_target_alone(target, draft, REAL[:6], ["draft", "auto"], max_tokens=32) > 50

@@ -77,14 +77,6 @@ def test_tools_and_earlier_calls_reach_the_template(engine):
 
 
 # through the server -------------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def server(tiny_pair):
-    s = Server("-m", tiny_pair[0], "-d", tiny_pair[1], "--lookup", "-c", "1024", "--parallel", "4", "-k", "4",
-               "--threads", "2")
-    yield s
-    assert s.stop() == 0
-
-
 def _alone(engine, prompt, tools, choice, max_tokens=200):
     """What the target alone writes under the same tool grammar, and the calls in it."""
     t = Tools.parse(tools, choice)
@@ -212,11 +204,8 @@ def test_smollm_tool_calls_validate_and_equal_the_target_alone(smollm_f16):
 @pytest.mark.slow
 def test_qwen_tool_calls_validate_and_equal_the_target_alone():
     """The Qwen pair, F16 target: its template knows tools and <tool_call> is a token of its own."""
-    from test_real_models import bench_dir
+    from test_real_models import qwen_pair
 
-    target, draft = bench_dir() / "qwen2.5-coder-1.5b-instruct-f16.gguf", bench_dir() / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
-    if not target.exists() or not draft.exists():
-        pytest.skip("Qwen2.5-Coder F16 target or draft not present (../shared/models/fetch-bench-models.sh, "
-                    "make-f16-target.py)")
+    target, draft = qwen_pair("1.5b-instruct-f16")
     want = _served_calls_equal_alone(target, draft, PROMPTS_REAL, ("required",), ("off", "draft", "auto"))
     assert all(want.values())  # every answer held at least one call
