@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import os
 from pathlib import Path
 from typing import Mapping
@@ -93,6 +94,8 @@ def _check_shape(option: click.Parameter, value: object) -> None:
             raise click.BadParameter("expected a text or a list of texts")
     elif isinstance(value, (bool, list, dict)) or not isinstance(value, (str, int, float)):
         raise click.BadParameter(f"expected one {option.type.name} value")
+    elif isinstance(value, float) and not math.isfinite(value):  # TOML's inf and nan: no option takes them
+        raise click.BadParameter("expected a finite number")
 
 
 def split_list(value: str) -> list[str]:

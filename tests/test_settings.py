@@ -32,6 +32,13 @@ def test_a_broken_settings_file_is_one_line(tmp_path):
     assert r.stderr.count("\n") == 1
 
 
+def test_an_infinite_number_in_the_settings_file_is_one_line(tmp_path):
+    cfg = tmp_path / "config.toml"
+    cfg.write_text("top_k = inf\n")  # TOML allows inf and nan; no option takes them (found by hypothesis)
+    r = run("config", env={"EDGESPEC_CONFIG": str(cfg)})
+    assert r.returncode == 2 and "top_k = " in r.stderr and "finite" in r.stderr and r.stderr.count("\n") == 1
+
+
 def test_unknown_setting_is_reported(tmp_path):
     cfg = tmp_path / "config.toml"
     cfg.write_text("temprature = 0.3\n")
