@@ -16,7 +16,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from . import chat
+from . import chat, profile
 from .backend import Context, Model
 from .errors import ContextOverflowError, EdgespecError, InvalidArgument
 from .pairing import VocabInfo, check_pair
@@ -77,6 +77,7 @@ class Engine:
         self.proposer = proposer
         self.draft_max, self.adaptive = draft_max, adaptive
         self._cost = cost or CostModel()
+        self.costs_from: str | None = None  # where the verify curve came from: "profile" or "measured" (this run)
         self._drafting = Drafting(draft_max, adaptive, self._cost)
         if proposer is not None:
             self._drafting.policy(parts(proposer)[0])  # the engine's own proposer times the shared verify costs
@@ -212,7 +213,7 @@ class Engine:
             self._prefill(run)
             if chain is not None and chain.measures and len(self._cost.verify_s) < 2:  # plain rounds time m = 1
                 t0 = time.perf_counter()
-                self.calibrate()
+                self._start_costs()
                 run.stats.prompt_s += time.perf_counter() - t0  # once per engine: set-up, not generation
             finish = "length" if max_tokens == 0 else None
             while finish is None:
@@ -300,6 +301,24 @@ class Engine:
         stats.add_round(RoundRecord(len(prop.tokens), n, len(emitted), t4 - t0, self._llama_seconds(run) - llama0,
                                     reason, tuple(prop.sources)))
         return emitted, finish
+
+    def _start_costs(self) -> None:
+        """The target's verify curve before the first drafted round: this machine's profile of the model, else
+        timed now (a decode per size) and saved for the next process (profile.py)."""
+        try:
+            key = profile.key(self.model.path, self.target.n_threads, self.model.n_gpu_layers)
+        except OSError:  # the file is gone since it was loaded: time it, keep nothing
+            key = None
+        curve = profile.load(key) if key is not None else None
+        if curve is not None:
+            for m, t in curve.items():
+                self._cost.observe_verify(m, t)
+            self.costs_from = "profile"
+            return
+        curve = self.calibrate()
+        if key is not None:
+            profile.save(key, curve)
+        self.costs_from = "measured"
 
     def calibrate(self, sizes: Sequence[int] = CALIBRATION_SIZES) -> dict[int, float]:
         """Time a target decode of m rows (m in sizes) at the end of what the cache holds, and feed the cost

@@ -1,12 +1,18 @@
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 import tiny_models  # noqa: E402
+
+# measured profiles (profile.py) go to a folder of this run, never the user's cache; servers and CLIs started by the
+# tests inherit it
+os.environ.setdefault("EDGESPEC_PROFILES", tempfile.mkdtemp(prefix="edgespec-test-profiles-"))
 
 DRAFT_NOISE = 0.06  # the draft agrees with the target on roughly 60% of tokens: full, partial and no acceptance
 

@@ -44,6 +44,7 @@ class Context(_Context):
         self._ptr = None
         model._open()
         threads = n_threads or default_threads()
+        self.n_threads = threads
         params = ll.llama_context_default_params()
         params.n_ctx = n_ctx
         params.n_batch = params.n_ubatch = min(n_batch, n_ctx)

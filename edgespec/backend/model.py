@@ -18,6 +18,7 @@ class Model(_Freed):
 
     def __init__(self, path: str | os.PathLike, n_gpu_layers: int = 0, vocab_only: bool = False) -> None:
         self.path = os.fspath(path)
+        self.n_gpu_layers = n_gpu_layers
         self._ptr = None
         if os.path.isdir(self.path):
             raise ModelLoadError(f"{self.path} is a directory, not a model file; name the .gguf file inside it")

@@ -1,0 +1,64 @@
+"""A machine's measured verify curve kept between processes (profile.py): used when everything it depends on
+matches, ignored when anything differs, never a reason to fail."""
+import json
+import os
+
+import pytest
+
+import edgespec
+from edgespec import profile
+
+
+@pytest.fixture
+def profiles(tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGESPEC_PROFILES", str(tmp_path / "profiles"))
+    return tmp_path / "profiles"
+
+
+def test_a_curve_comes_back_only_under_the_same_key(profiles, tiny_pair):
+    k = profile.key(str(tiny_pair[0]), 2, 0)
+    assert profile.load(k) is None
+    path = profile.save(k, {1: 0.01, 4: 0.012})
+    assert path.parent == profiles and profile.load(k) == {1: 0.01, 4: 0.012}
+    assert profile.load(profile.key(str(tiny_pair[0]), 1, 0)) is None  # other threads
+    assert profile.load({**k, "build": k["build"] + " AMX = 1"}) is None  # another build
+    assert profile.load({**k, "mtime_ns": k["mtime_ns"] + 1}) is None  # the file replaced or touched
+    assert profile.load({**k, "version": profile.VERSION + 1}) is None
+
+
+@pytest.mark.parametrize("content", ["", "{", "[]", '{"key": 1}', "null"])
+def test_a_damaged_profile_is_ignored(profiles, tiny_pair, content):
+    k = profile.key(str(tiny_pair[0]), 2, 0)
+    path = profile.save(k, {1: 0.01, 2: 0.011})
+    path.write_text(content)
+    assert profile.load(k) is None
+    data = {"key": k, "verify_s": {"1": -1.0, "2": 0.01}}  # impossible timings
+    path.write_text(json.dumps(data))
+    assert profile.load(k) is None
+
+
+def test_the_second_engine_starts_from_the_first_ones_measurement(profiles, tiny_pair, monkeypatch):
+    def run():
+        with edgespec.Engine.load(tiny_pair[0], draft=tiny_pair[1], n_ctx=512, n_threads=2) as e:
+            r = e.generate(e.tokenize("the cat sat on the"), max_tokens=8)
+            return e.costs_from, r.tokens
+
+    first = run()
+    assert first[0] == "measured" and len(list(profiles.glob("*.json"))) == 1
+
+    def no_timing(self, *a, **kw):
+        raise AssertionError("the verify curve was timed again")
+
+    monkeypatch.setattr(edgespec.Engine, "calibrate", no_timing)
+    second = run()
+    assert second == ("profile", first[1])
+
+
+def test_an_unwritable_cache_changes_nothing(tmp_path, monkeypatch, tiny_pair):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("EDGESPEC_PROFILES", str(blocker / "profiles"))  # a folder under a file: cannot exist
+    with edgespec.Engine.load(tiny_pair[0], draft=tiny_pair[1], n_ctx=512, n_threads=2) as e:
+        r = e.generate(e.tokenize("abc"), max_tokens=4)
+        assert e.costs_from == "measured" and r.finish_reason in ("length", "stop")
+    assert not os.path.exists(blocker / "profiles")
