@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .proposers import EMPTY, GrammarProposer, Proposal, Proposer
+from .proposers import EMPTY, DraftModelProposer, GrammarProposer, Proposal, Proposer
 from .sampling import SamplingConfig
 from .stats import GenerationStats
 from .tuning import CostModel, Decision, DraftLength
@@ -69,6 +69,11 @@ class Chain:
     def measures(self) -> bool:
         """Whether any part decides by measured cost this call (then the target's verify curve is needed)."""
         return any(link.policy.adaptive if self.adaptive is None else self.adaptive for link in self.links)
+
+    @property
+    def reads_prompt(self) -> bool:
+        """Whether a part has prompt work to do before it can propose (a draft model's cache)."""
+        return any(isinstance(link.part, DraftModelProposer) for link in self.links)
 
     def begin(self, seq: Sequence[int]) -> None:
         for link in self.links:

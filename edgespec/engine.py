@@ -210,21 +210,27 @@ class Engine:
             self._check_open()
             run = _Run(seq, sampling, max_tokens, TextStream(stop), GenerationStats(n_prompt=len(seq)),
                        np.random.default_rng(sampling.seed), chain, guide)
-            self._prefill(run)
-            if chain is not None and chain.measures and len(self._cost.verify_s) < 2:  # plain rounds time m = 1
-                t0 = time.perf_counter()
-                self._start_costs()
-                run.stats.prompt_s += time.perf_counter() - t0  # once per engine: set-up, not generation
+            # Where drafting has set-up work (the draft model reading the prompt, timing the target), the first
+            # token comes from a plain round and that work follows it: the wait for it is the target's alone.
+            later = chain is not None and (chain.reads_prompt or self._needs_costs(chain))
+            self._prefill(run, begin=not later)
             finish = "length" if max_tokens == 0 else None
             while finish is None:
                 room = self.target.room  # this round decodes seq[-1] and k drafts: k + 1 cells
                 if room < 1:
                     finish = "length"
                     break
-                emitted, finish = self._round(run, min(room - 1, max_tokens - len(run.out) - 1))
+                emitted, finish = self._round(run, 0 if later else min(room - 1, max_tokens - len(run.out) - 1))
                 for tok, source, piece in emitted:
                     yield Response(piece, tok, source is not None, source)
                     turn.check()  # resumed after a later generation took the caches: stop, do not mix texts
+                if later and finish is None:
+                    later = False
+                    t0 = time.perf_counter()
+                    chain.begin(run.seq)
+                    if self._needs_costs(chain):
+                        self._start_costs()
+                    run.stats.prompt_s += time.perf_counter() - t0  # set-up, not generation
             tail = run.text.flush()
             run.stats.constraint_s = grammar.seconds + guide.mask_s if grammar is not None else 0.0
             yield Response(tail, finish_reason=finish, result=GenerationResult(run.text.text, run.out, finish, run.stats))
@@ -235,13 +241,18 @@ class Engine:
         if self.closed:
             raise EdgespecError("this engine is closed; load a new one with edgespec.Engine.load")
 
-    def _prefill(self, run: "_Run") -> None:
+    def _prefill(self, run: "_Run", begin: bool = True) -> None:
         t0 = time.perf_counter()
         # Reuse whatever prefix the cache already holds (a previous turn); seq[-1] is decoded by the first round.
         run.stats.n_prompt_evaluated = self.target.sync(run.seq[:-1])
-        if run.chain is not None:
+        if run.chain is not None and begin:
             run.chain.begin(run.seq)
         run.stats.prompt_s = time.perf_counter() - t0
+
+    def _needs_costs(self, chain: Chain) -> bool:
+        """The chain decides by measured cost and the target's verify curve is not known yet (plain rounds time
+        only m = 1)."""
+        return chain.measures and len(self._cost.verify_s) < 2
 
     def _round(self, run: "_Run", cap: int) -> tuple[list[tuple[int, str | None, str]], str | None]:
         """One propose -> verify -> accept step, at most cap drafts. Returns the emitted (token, source, text) and a
@@ -251,6 +262,8 @@ class Engine:
         t0 = time.perf_counter()
         prop, reason = (run.chain.propose(seq, cap, run.sampling, run.rng, stats, run.guide) if run.chain
                         else (EMPTY, "fixed"))
+        if cap == 0 and not run.out and run.chain is not None:
+            reason = "first"  # a plain first round: the drafting set-up follows the first token
         t1 = time.perf_counter()
         batch = [seq[-1], *prop.tokens]
         t2 = time.perf_counter()

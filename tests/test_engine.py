@@ -174,3 +174,21 @@ def test_missing_model_file_is_a_clear_error(tmp_path):
     truncated.write_bytes(b"GGUF" + b"\0" * 100)
     with pytest.raises(edgespec.ModelLoadError, match="llama.cpp could not load"):
         edgespec.Engine.load(truncated)
+
+
+def test_the_first_token_does_not_wait_for_the_draft_to_read_the_prompt(tiny_pair):
+    """The first token comes from a plain round; the draft model reads the prompt (and an adaptive engine times the
+    target) after it, so the wait for it is the target's alone. The text is the same as plain decoding's."""
+    with edgespec.Engine.load(tiny_pair[0], draft=tiny_pair[1], n_ctx=512, n_threads=2) as e:
+        prompt = e.tokenize("the cat sat on the")
+        plain = e.generate(prompt, max_tokens=20, speculative=False)
+        e.proposer.ctx.clear()  # the plain run left the draft untouched; make sure it starts empty
+        stream = e.stream(prompt, max_tokens=20)
+        next(stream)
+        assert e.proposer.ctx.tokens == [] and e.costs_from is None
+        rest = list(stream)
+        assert len(e.proposer.ctx.tokens) >= len(prompt) and e.costs_from in ("measured", "profile")
+        result = rest[-1].result
+        assert result.tokens == plain.tokens
+        first = result.stats.rounds[0]
+        assert first.n_drafted == 0 and first.reason == "first" and result.stats.n_drafted > 0

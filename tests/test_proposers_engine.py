@@ -114,7 +114,7 @@ def test_no_fallback_when_speculation_pays(tiny_pair):
     r = e.generate("Once upon a time", max_tokens=100)
     e.close()
     assert r.tokens == plain.tokens
-    assert not r.stats.fallbacks and set(r.stats.rounds_by_reason) <= {"warm-up", "cost", "explore"}
+    assert not r.stats.fallbacks and set(r.stats.rounds_by_reason) <= {"first", "warm-up", "cost", "explore"}
     assert r.stats.rounds_by_reason["warm-up"] == 3
     assert max(rec.n_drafted for rec in r.stats.rounds) >= 4
 
