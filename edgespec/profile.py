@@ -44,11 +44,9 @@ def key(model_path: str, n_threads: int, n_gpu_layers: int) -> dict:
     """Everything a timing depends on that can be named: the machine, the build, the file, the settings."""
     from .backend import system_info
 
-    import llama_cpp
-
     st = os.stat(model_path)
     return {"version": VERSION, "machine": platform.machine(), "cpu": _cpu(), "cores": os.cpu_count(),
-            "llama_cpp_python": getattr(llama_cpp, "__version__", "?"), "build": system_info(),
+            "build": system_info(),
             "model": os.path.realpath(model_path), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
             "threads": n_threads, "gpu_layers": n_gpu_layers}
 

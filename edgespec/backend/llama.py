@@ -99,7 +99,9 @@ def builtin_templates() -> list[str]:
 
 
 def system_info() -> str:
-    return ll.llama_print_system_info().decode()
+    """llama.cpp's build and CPU features, and llama-cpp-python's version: what a timing on this machine depends on
+    beyond the hardware."""
+    return f"llama-cpp-python {getattr(ll, '__version__', '?')} | {ll.llama_print_system_info().decode()}"
 
 
 class _Freed:
