@@ -55,13 +55,14 @@ class Constraint:
         """llguidance's grammar for this constraint, compiled once to check it (not yet against a vocabulary)."""
         from llguidance import LLMatcher
 
-        grammar = self._grammar()
+        grammar = self.source()
         error = LLMatcher.validate_grammar(grammar)
         if error and not error.startswith("WARNING"):
             raise InvalidArgument(f"invalid {self._name}: {_first_line(error)}")
         return grammar
 
-    def _grammar(self) -> str:
+    def source(self) -> str:
+        """llguidance's grammar text for this constraint, unchecked (a JSON schema's own errors raise here)."""
         from llguidance import LLMatcher, grammar_from
 
         try:
@@ -94,7 +95,7 @@ class Grammar:
     def __init__(self, constraint: Constraint, tokenizer, n_vocab: int) -> None:
         from llguidance import LLMatcher
 
-        grammar = constraint.grammar()
+        grammar = constraint.source()  # checked here against the vocabulary, so not compiled twice
         error = LLMatcher.validate_grammar(grammar, tokenizer)
         if error and not error.startswith("WARNING"):
             raise InvalidArgument(f"invalid {constraint._name}: {_first_line(error)}")
