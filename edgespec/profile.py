@@ -1,6 +1,7 @@
 """What this machine measured about a model, kept between processes: the verify curve T_v(m) (seconds for a target
 decode of m rows), so a new process with a draft starts from it instead of timing the target again before its
-first token.
+first token; and, where `edgespec tune` measured them, each draft model's step costs and acceptance by position
+with this target, so a new process's first prompt starts from what was learned before.
 
 One small versioned JSON file per (machine, llama.cpp build, model file, threads, GPU layers) in the user's cache
 directory ($EDGESPEC_PROFILES, else $EDGESPEC_HOME/profiles, else ~/.cache/edgespec/profiles). A profile whose key
@@ -16,6 +17,7 @@ import os
 import platform
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 VERSION = 1
@@ -51,27 +53,67 @@ def key(model_path: str, n_threads: int, n_gpu_layers: int) -> dict:
             "threads": n_threads, "gpu_layers": n_gpu_layers}
 
 
-def _path(k: dict) -> Path:
+def path_of(k: dict) -> Path:
     digest = hashlib.sha256(json.dumps(k, sort_keys=True).encode()).hexdigest()[:20]
     return directory() / f"{Path(k['model']).stem[:60]}-{digest}.json"
 
 
-def load(k: dict) -> dict[int, float] | None:
-    """The verify curve measured under exactly this key, or None (none, unreadable, or for another key)."""
+@dataclass
+class Profile:
+    verify_s: dict[int, float]  # m rows -> seconds of one target decode
+    # per proposer (proposer_name()): {"draft_round_s": {n: seconds}, "reached": [...], "accepted": [...]}
+    proposers: dict[str, dict] = field(default_factory=dict)
+    measured: str = ""
+
+
+def proposer_name(model_path: str, n_threads: int, n_gpu_layers: int) -> str:
+    """A draft model's entry in its target's profile: the same key fields, hashed."""
+    digest = hashlib.sha256(json.dumps(key(model_path, n_threads, n_gpu_layers), sort_keys=True).encode())
+    return f"draft {Path(model_path).name} {digest.hexdigest()[:16]}"
+
+
+def load(k: dict, notes: list[str] | None = None) -> Profile | None:
+    """What was measured under exactly this key, or None (none, unreadable, or for another key: a file that exists
+    but is ignored adds a one-line note to `notes`)."""
+    path = path_of(k)
     try:
-        data = json.loads(_path(k).read_text(encoding="utf-8"))
-        if data.get("key") != k:
-            return None
-        curve = {int(m): float(s) for m, s in data["verify_s"].items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        text = path.read_text(encoding="utf-8")
+    except OSError:
         return None
-    return curve if len(curve) >= 2 and all(s > 0 for s in curve.values()) else None
+    try:
+        data = json.loads(text)
+        if data.get("key") != k:
+            why = "measured under another key (machine, build, file or settings)"
+        else:
+            curve = {int(m): float(s) for m, s in data["verify_s"].items()}
+            proposers = {str(n): _proposer(e) for n, e in (data.get("proposers") or {}).items()}
+            if len(curve) >= 2 and all(s > 0 for s in curve.values()):
+                return Profile(curve, proposers, str(data.get("measured", "")))
+            why = "its timings are impossible"
+    except (ValueError, KeyError, TypeError, AttributeError):
+        why = "it is not a profile this version can read"
+    if notes is not None:
+        notes.append(f"ignored the profile {path} ({why}); it is rewritten when this machine is measured again")
+    return None
 
 
-def save(k: dict, verify_s: dict[int, float]) -> Path | None:
-    """Write the curve atomically; None where the cache directory cannot be written (nothing else depends on it)."""
-    path = _path(k)
+def _proposer(entry: dict) -> dict:
+    out = {"draft_round_s": {int(n): float(s) for n, s in entry.get("draft_round_s", {}).items()},
+           "reached": [float(x) for x in entry.get("reached", [])],
+           "accepted": [float(x) for x in entry.get("accepted", [])]}
+    if (len(out["reached"]) != len(out["accepted"]) or any(s <= 0 for s in out["draft_round_s"].values())
+            or any(not 0 <= a <= r for a, r in zip(out["accepted"], out["reached"]))):
+        raise ValueError("inconsistent proposer entry")
+    return out
+
+
+def save(k: dict, verify_s: dict[int, float], proposers: dict[str, dict] | None = None) -> Path | None:
+    """Write the profile atomically; None where the cache directory cannot be written (nothing else depends on it)."""
+    path = path_of(k)
     data = {"key": k, "verify_s": {str(m): s for m, s in sorted(verify_s.items())},
+            "proposers": {n: {"draft_round_s": {str(m): s for m, s in sorted(e["draft_round_s"].items())},
+                              "reached": e["reached"], "accepted": e["accepted"]}
+                          for n, e in (proposers or {}).items()},
             "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

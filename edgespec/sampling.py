@@ -102,32 +102,95 @@ def _softmax(x: np.ndarray) -> np.ndarray:
 
 
 def probabilities(logits: np.ndarray, config: SamplingConfig) -> np.ndarray:
-    """A dense float64 distribution over the vocabulary (zeros outside the kept support)."""
-    logits = np.asarray(logits, dtype=np.float64)
-    out = np.zeros(logits.shape[-1])
+    """A dense float32 distribution over the vocabulary (zeros outside the kept support); for a 2-D array, one per
+    row, computed together. Filtering comes before any exponential: only the top-k candidates are found (_top_k)
+    and normalised, in float64."""
+    logits = np.asarray(logits)
+    if logits.ndim == 1:
+        return probabilities(logits[None], config)[0]
+    n, vocab = logits.shape
+    rows = np.arange(n)[:, None]
+    out = np.zeros((n, vocab), dtype=np.float32)  # float32: half the memory to write per row
     if config.greedy:
-        out[int(np.argmax(logits))] = 1.0
+        out[rows[:, 0], np.argmax(logits, axis=1)] = 1.0
         return out
-    ids = np.arange(logits.shape[-1])
-    if 0 < config.top_k < logits.shape[-1]:
-        ids = np.argpartition(logits, -config.top_k)[-config.top_k:]
-    kept = logits[ids]
-    order = np.argsort(-kept, kind="stable")  # descending, ties by id: deterministic
-    ids, kept = ids[order], kept[order]
+    k = config.top_k if 0 < config.top_k < vocab else vocab
+    ids = _top_k(logits, k) if k < vocab else np.broadcast_to(np.arange(vocab), (n, vocab))
+    kept = np.take_along_axis(logits, ids, axis=1).astype(np.float64)
+    order = np.lexsort((ids, -kept), axis=1)  # descending, ties by id: deterministic
+    ids, kept = np.take_along_axis(ids, order, axis=1), np.take_along_axis(kept, order, axis=1)
+    kept = kept - kept[:, :1]
+    keep = np.full(n, k)
     if config.top_p < 1.0:
-        # Keep the smallest prefix whose mass reaches top_p (the token that crosses it stays).
-        cum = np.cumsum(_softmax(kept))
-        n = int(np.searchsorted(cum, config.top_p)) + 1
-        ids, kept = ids[:n], kept[:n]
+        # The smallest prefix whose mass reaches top_p (the token that crosses it stays).
+        e = np.exp(kept)
+        cum = np.cumsum(e, axis=1) / e.sum(axis=1, keepdims=True)
+        keep = np.minimum(keep, (cum < config.top_p).sum(axis=1) + 1)
     if config.min_p > 0.0:
         # p_i >= min_p * p_max  <=>  logit_i >= logit_max + log(min_p), as llama.cpp computes it.
-        keep = kept >= kept[0] + np.log(config.min_p)
-        ids, kept = ids[keep], kept[keep]
-    out[ids] = _softmax(kept / config.temperature)
+        keep = np.minimum(keep, (kept >= np.log(config.min_p)).sum(axis=1))
+    scaled = np.where(np.arange(k) < keep[:, None], kept / config.temperature, -np.inf)
+    e = np.exp(scaled)
+    out[rows, ids] = e / e.sum(axis=1, keepdims=True)
     return out
 
 
+class Rows:
+    """A verify's target distributions, row i computed when verification first reaches it: a rejection at
+    position j leaves the rows after j uncomputed. Indexes like the (rows, vocabulary) array it stands for."""
+
+    def __init__(self, logits: np.ndarray, config: SamplingConfig) -> None:
+        self.logits, self.config = logits, config
+        self.shape = logits.shape
+        self._done: dict[int, np.ndarray] = {}
+
+    def __getitem__(self, i):
+        if isinstance(i, tuple):
+            return self[i[0]][i[1]]
+        if i not in self._done:
+            self._done[i] = probabilities(self.logits[i], self.config)
+        return self._done[i]
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+
+BLOCK = 64  # vocabulary entries per block: top-k and sampling look inside the few blocks that matter
+
+
+def _top_k(logits: np.ndarray, k: int) -> np.ndarray:
+    """The ids of each row's k largest logits (in no order). The vocabulary is split into groups (id i in group
+    i mod n_groups, so a group's maximum is an elementwise maximum over contiguous slices: fast); the k largest
+    entries lie in the k groups of largest maximum (a group outside those has k larger entries elsewhere), so only
+    those groups are searched, instead of partitioning the whole vocabulary."""
+    n, vocab = logits.shape
+    if vocab < 16 * BLOCK or 4 * k * BLOCK > vocab:
+        return np.argpartition(logits, -k, axis=1)[:, -k:]
+    groups = -(-vocab // BLOCK)
+    if groups * BLOCK != vocab:
+        padded = np.full((n, groups * BLOCK), -np.inf, dtype=logits.dtype)
+        padded[:, :vocab] = logits
+        logits = padded
+    g = logits.reshape(n, BLOCK, groups)  # g[r, i, j] = logits[r, i * groups + j]: group j is column j
+    best = np.argpartition(g.max(axis=1), -k, axis=1)[:, -k:]
+    candidates = np.take_along_axis(g, best[:, None, :], axis=2).reshape(n, -1)
+    ids = (np.arange(BLOCK)[None, :, None] * groups + best[:, None, :]).reshape(n, -1)
+    return np.take_along_axis(ids, np.argpartition(candidates, -k, axis=1)[:, -k:], axis=1)
+
+
 def sample(p: np.ndarray, rng: np.random.Generator) -> int:
-    """Draw one token id from a distribution (exact: inverse CDF on one uniform)."""
-    cdf = np.cumsum(p)
-    return int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), len(p) - 1))
+    """Draw one token id from a distribution (exact: inverse CDF on one uniform). Over a large vocabulary the CDF is
+    walked by blocks: the block the uniform falls in, then the entry inside it."""
+    u = rng.random()
+    if len(p) <= 16 * BLOCK:
+        cdf = np.cumsum(p)
+        return int(min(np.searchsorted(cdf, u * cdf[-1], side="right"), len(p) - 1))
+    by_block = np.cumsum(np.add.reduceat(p, np.arange(0, len(p), BLOCK)))
+    target = u * by_block[-1]
+    b = int(min(np.searchsorted(by_block, target, side="right"), len(by_block) - 1))
+    inside = p[b * BLOCK:(b + 1) * BLOCK]
+    cdf = np.cumsum(inside)
+    j = int(np.searchsorted(cdf, target - (by_block[b - 1] if b else 0.0), side="right"))
+    if j >= len(inside):  # rounding between the block's sum and its own cumulative sum: its last possible entry
+        j = int(np.flatnonzero(inside)[-1])
+    return b * BLOCK + j

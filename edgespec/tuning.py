@@ -245,6 +245,20 @@ class DraftLength:
         plain, per = self.cost.t_verify(1), self.cost.draft_s
         return plain is not None and per is not None and per < self.free_share * plain
 
+    def seed(self, measured: dict, weight: float = 8.0) -> None:
+        """Start from what an earlier run measured for this proposer (profile.py, from `edgespec tune`): its draft
+        round costs, and its acceptance by position worth at most `weight` rounds, so the text at hand soon
+        outweighs it. The warm-up rounds are skipped: they would measure what is known."""
+        c = self.cost
+        for n, s in sorted(measured["draft_round_s"].items()):
+            c.observe_draft(n, s)
+        reached = measured["reached"]
+        if reached and reached[0] > 0:
+            f = min(1.0, weight / reached[0])
+            c.reached = [r * f for r in reached]
+            c.accepted = [a * f for a in measured["accepted"]]
+            c.n_observed = max(c.n_observed, self.warm_up_rounds)
+
     def keyed(self, key: object) -> CostModel:
         """The acceptance estimates for proposals of this kind (None: all of them together)."""
         if key is None:

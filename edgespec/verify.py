@@ -1,6 +1,7 @@
 """Acceptance math for speculative decoding, pure numpy (Leviathan et al. 2023, Chen et al. 2023).
 
-p: target distributions, one row per drafted position plus one for the bonus token, shape (K+1, V).
+p: target distributions, one row per drafted position plus one for the bonus token, shape (K+1, V) (an array, or
+   sampling.Rows, which computes a row when it is first read).
 q: draft distributions for the K drafted tokens, K rows of shape (V,); a row (or q itself) None stands for a
    deterministic proposal (prompt lookup, greedy drafts), which is the one-hot q = e_x.
 """
@@ -51,7 +52,7 @@ def verify_sampled(
     for i, x in enumerate(draft):
         qi = None if q is None else q[i]
         in_vocab = x < p.shape[1]  # a draft id outside the target's vocab has p = 0: always rejected
-        px = p[i, x] if in_vocab else 0.0
+        px = p[i][x] if in_vocab else 0.0
         qx = qi[x] if qi is not None and in_vocab else 1.0
         # u < px/qx written without the division: qx = 0 < px (never drafted by q itself) accepts; px = 0 rejects.
         if rng.random() * qx < px:

@@ -46,7 +46,8 @@ def run(venv, *args, env=None):
 
 def test_the_wheel_carries_the_presets(wheel_venv):
     wheel, venv = wheel_venv
-    assert "edgespec/models/presets.json" in zipfile.ZipFile(wheel).namelist()
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "edgespec/models/presets.json" in names and "edgespec/workloads.json" in names
     where = subprocess.run([venv / "bin" / "python", "-c", "import edgespec; print(edgespec.__file__)"],
                            capture_output=True, text=True, cwd=venv).stdout
     assert where.startswith(str(venv)), where  # the installed copy, not this checkout
@@ -58,6 +59,8 @@ def test_the_cli_from_the_wheel(wheel_venv, tiny_pair):
     assert r.returncode == 0 and "qwen2.5-coder-1.5b" in r.stdout, r.stderr
     r = run(venv, "generate", "-m", tiny_pair[0], "-d", tiny_pair[1], "-p", "Hello", "-n", "5", "--json")
     assert r.returncode == 0 and '"finish_reason": "length"' in r.stdout, r.stderr
+    r = run(venv, "bench", "-m", tiny_pair[0], "--category", "chat", "--limit", "1", "-n", "4")
+    assert r.returncode == 0 and "lookup" in r.stdout, r.stderr  # the built-in workload ships with the wheel
     r = run(venv, "generate", "-m", "nobody/none-GGUF:none.gguf", "-p", "hi", env={"HF_HUB_OFFLINE": "1"})
     assert r.returncode == 1 and "not in the local cache" in r.stderr and "presets" not in r.stderr, r.stderr
 

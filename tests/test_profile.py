@@ -19,7 +19,7 @@ def test_a_curve_comes_back_only_under_the_same_key(profiles, tiny_pair):
     k = profile.key(str(tiny_pair[0]), 2, 0)
     assert profile.load(k) is None
     path = profile.save(k, {1: 0.01, 4: 0.012})
-    assert path.parent == profiles and profile.load(k) == {1: 0.01, 4: 0.012}
+    assert path.parent == profiles and profile.load(k).verify_s == {1: 0.01, 4: 0.012}
     assert profile.load(profile.key(str(tiny_pair[0]), 1, 0)) is None  # other threads
     assert profile.load({**k, "build": k["build"] + " AMX = 1"}) is None  # another build
     assert profile.load({**k, "mtime_ns": k["mtime_ns"] + 1}) is None  # the file replaced or touched
@@ -31,10 +31,33 @@ def test_a_damaged_profile_is_ignored(profiles, tiny_pair, content):
     k = profile.key(str(tiny_pair[0]), 2, 0)
     path = profile.save(k, {1: 0.01, 2: 0.011})
     path.write_text(content)
-    assert profile.load(k) is None
+    notes = []
+    assert profile.load(k, notes) is None
+    assert len(notes) == 1 and "ignored the profile" in notes[0] and "\n" not in notes[0]
     data = {"key": k, "verify_s": {"1": -1.0, "2": 0.01}}  # impossible timings
     path.write_text(json.dumps(data))
     assert profile.load(k) is None
+    data = {"key": k, "verify_s": {"1": 0.01, "2": 0.01}, "proposers": {"draft x": {"reached": [1], "accepted": [2]}}}
+    path.write_text(json.dumps(data))  # more accepted than tested: not a measurement
+    assert profile.load(k) is None
+
+
+def test_a_foreign_profile_is_ignored_with_a_note(profiles, tiny_pair):
+    k = profile.key(str(tiny_pair[0]), 2, 0)
+    other = {**k, "cpu": "some other CPU"}
+    profile.path_of(k).parent.mkdir(parents=True, exist_ok=True)
+    profile.path_of(k).write_text(json.dumps({"key": other, "verify_s": {"1": 0.01, "2": 0.02}}))  # copied over
+    notes = []
+    assert profile.load(k, notes) is None and "another key" in notes[0]
+
+
+def test_draft_costs_and_acceptance_round_trip(profiles, tiny_pair):
+    k = profile.key(str(tiny_pair[0]), 2, 0)
+    name = profile.proposer_name(str(tiny_pair[1]), 2, 0)
+    entry = {"draft_round_s": {2: 0.004, 4: 0.007}, "reached": [10.0, 8.0], "accepted": [8.0, 5.0]}
+    profile.save(k, {1: 0.01, 2: 0.012}, {name: entry})
+    assert profile.load(k).proposers == {name: entry}
+    assert name != profile.proposer_name(str(tiny_pair[1]), 1, 0)  # other threads: another entry
 
 
 def test_the_second_engine_starts_from_the_first_ones_measurement(profiles, tiny_pair, monkeypatch):

@@ -1,0 +1,109 @@
+"""`edgespec tune`: a bounded measurement of a target (and its draft) on this machine, kept as the model's profile.
+
+It times the verify curve T_v(m), runs plain decoding, the draft model at fixed lengths and prompt lookup on a
+sample of the built-in prompts (one per category, interleaved, until the time budget is spent), and derives the
+break-even rule in numbers: a round of K drafts costs T(K) = T_v(K+1) + T_d(K) and yields E[N_K] tokens, so it
+pays only while T(K) < E[N_K] x T_plain; the draft's budget per round is E[N_K] x T_plain - T_v(K+1). The profile
+is written once, at the end: an interrupted run leaves nothing behind.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from . import benchmark, profile
+from .engine import Engine
+from .proposers import DraftModelProposer
+from .tuning import CostModel, DraftLength
+
+FIXED_KS = (2, 4, 8)
+
+
+def choose(seconds_per_token: dict[str, float]) -> str:
+    """The configuration with the lowest measured time per token ("plain": no speculation); ties go to the earlier
+    one, so plain wins a tie."""
+    return min(seconds_per_token, key=lambda name: seconds_per_token[name])
+
+
+@dataclass
+class BreakEven:
+    k: int
+    expected_tokens: float  # E[N_K]
+    verify_s: float  # T_v(K+1)
+    draft_s: float  # T_d(K)
+    plain_s: float  # T_plain = T_v(1)
+
+    @property
+    def round_s(self) -> float:
+        return self.verify_s + self.draft_s
+
+    @property
+    def limit_s(self) -> float:
+        """What a round may cost and still pay: E[N_K] x T_plain."""
+        return self.expected_tokens * self.plain_s
+
+    @property
+    def draft_budget_s(self) -> float:
+        return self.limit_s - self.verify_s
+
+    @property
+    def pays(self) -> bool:
+        return self.round_s < self.limit_s
+
+
+def break_even(cost: CostModel, k_max: int) -> list[BreakEven]:
+    plain = cost.t_verify(1)
+    return [BreakEven(k, cost.expected_tokens(k), cost.t_verify(k + 1), cost.t_draft(k), plain)
+            for k in range(1, k_max + 1) if cost.t_draft(k) is not None]
+
+
+@dataclass
+class Tuned:
+    verify_s: dict[int, float]
+    measured: dict[str, float]  # configuration -> seconds per token on the sample
+    choice: str
+    rows: dict
+    draft_entry: dict | None = None  # the draft model's costs and acceptance, as the profile keeps them
+    draft_name: str | None = None
+    decision: str = ""  # what the engine's adaptive policy will do from this profile
+    breakeven: list[BreakEven] = field(default_factory=list)
+    path: Path | None = None
+
+
+def tune(engine: Engine, budget_s: float = 90.0, max_tokens: int = 48, lookup: bool = True,
+         progress: Callable[[int, int, str], None] | None = None, save: bool = True) -> Tuned:
+    draft = next((p for p in getattr(engine.proposer, "parts", None) or (engine.proposer,)
+                  if isinstance(p, DraftModelProposer)), None)
+    modes = ["plain"] + ([f"draft:{k}" for k in FIXED_KS if k <= engine.draft_max] if draft else []) + \
+        (["lookup"] if lookup or draft is None else [])
+    items = benchmark.select(benchmark.builtin(), limit=1)
+    rep = benchmark.run(engine, modes, items, max_tokens, progress=progress, budget_s=budget_s, calibrations=3,
+                        use_profile=False)
+    rows = rep.rows()
+    measured = {m: r["overall"]["ms_per_token"] / 1000 for m, r in rows.items()}
+    out = Tuned(rep.verify_curve, measured, choose(measured), rows)
+    cost = CostModel(verify_s=dict(rep.verify_curve))
+    if draft is not None:
+        longest = max((m for m in rows if m.startswith("draft:")), key=lambda m: int(m[6:]))
+        r = rows[longest]["overall"]
+        out.draft_entry = {"draft_round_s": {int(m[6:]): rows[m]["overall"]["phase_ms_per_round"]["draft"] / 1000
+                                             for m in rows if m.startswith("draft:")},
+                           "reached": [float(x) for x in r["drafted_by_position"]],
+                           "accepted": [float(x) for x in r["accepted_by_position"]]}
+        out.draft_name = profile.proposer_name(draft.ctx.model.path, draft.ctx.n_threads, draft.ctx.model.n_gpu_layers)
+        policy = DraftLength(engine.draft_max, True, cost)
+        policy.seed(out.draft_entry)
+        out.breakeven = break_even(cost, engine.draft_max)
+        d = policy.decide(engine.draft_max)
+        out.decision = (f"draft model: K={d.k} per round to start with (then adjusted by what each text shows)"
+                        if d.k else "draft model: no speculation (plain decoding, probing again now and then): "
+                        + d.why)
+    if save:
+        key = profile.key(engine.model.path, engine.target.n_threads, engine.model.n_gpu_layers)
+        old = profile.load(key)
+        proposers = dict(old.proposers) if old is not None else {}
+        if out.draft_entry is not None:
+            proposers[out.draft_name] = out.draft_entry
+        out.path = profile.save(key, rep.verify_curve, proposers)
+    return out

@@ -1,0 +1,313 @@
+"""Plain decoding against drafting strategies on a workload, measured in one process (`edgespec bench`).
+
+Modes run interleaved prompt by prompt (the order rotating), each from cold caches (so time to first token and
+end-to-end speed include the prompt), for a number of repeats. Per mode and category: ms/token as sum(time) /
+sum(tokens), speedup over plain measured in the same run (the median over repeats of each repeat's ratio), acceptance
+by draft position, mean accepted length, time per phase, Python's share, time to first token, end-to-end tokens per
+second; greedy outputs are compared with plain's. Numbers, not verdicts; report.py renders them.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from .engine import Engine
+from .errors import EdgespecError, InvalidArgument
+from .proposers import DraftModelProposer, HybridProposer, PromptLookupProposer, Proposer
+from .stats import PHASES
+
+WORKLOADS = Path(__file__).with_name("workloads.json")
+MODE_NAMES = ("plain", "draft", "lookup", "hybrid")
+
+
+@dataclass(frozen=True)
+class Item:
+    """One prompt of a workload: plain text (a user message) or a chat's messages, ending with the user's turn."""
+
+    category: str
+    prompt: str | None = None
+    messages: tuple | None = None
+
+    def tokens(self, engine: Engine) -> list[int]:
+        if self.messages is not None:
+            return engine.tokenize_chat([dict(m) for m in self.messages])
+        return engine.tokenize(self.prompt, chat_format=True)
+
+
+def _item(obj, where: str) -> Item:
+    if not isinstance(obj, dict):
+        raise InvalidArgument(f"{where}: expected a JSON object with \"prompt\" or \"messages\"")
+    category = obj.get("category", "prompts")
+    if not isinstance(category, str) or not category:
+        raise InvalidArgument(f"{where}: \"category\" must be a non-empty string")
+    if isinstance(obj.get("prompt"), str) and obj["prompt"]:
+        return Item(category, prompt=obj["prompt"])
+    messages = obj.get("messages")
+    if (isinstance(messages, list) and messages and all(isinstance(m, dict) and isinstance(m.get("content"), str)
+                                                        and m.get("role") in ("system", "user", "assistant")
+                                                        for m in messages)):
+        if messages[-1]["role"] != "user":
+            raise InvalidArgument(f"{where}: the last message must be the user's (the model answers it)")
+        return Item(category, messages=tuple(tuple(sorted((k, m[k]) for k in ("role", "content"))) for m in messages))
+    raise InvalidArgument(f"{where}: needs \"prompt\" (non-empty text) or \"messages\" (a list of {{\"role\": "
+                          "system|user|assistant, \"content\": text}})")
+
+
+def builtin() -> list[Item]:
+    """The built-in workload: 13 categories of 6 prompts, code and general language (see bench/make_workloads.py)."""
+    return [_item(o, f"{WORKLOADS.name} item {i + 1}") for i, o in enumerate(json.loads(WORKLOADS.read_text()))]
+
+
+def read_jsonl(path: str | os.PathLike) -> list[Item]:
+    """The user's workload: one JSON object per line, {"prompt": ...} or {"messages": [...]}, optional "category"."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise InvalidArgument(f"cannot read the workload {path}: {e.strerror if isinstance(e, OSError) else e}") \
+            from None
+    items = []
+    for n, line in enumerate(lines, 1):
+        if line.strip():
+            try:
+                obj = json.loads(line)
+            except ValueError as e:
+                raise InvalidArgument(f"{path} line {n}: not JSON ({e})") from None
+            items.append(_item(obj, f"{path} line {n}"))
+    if not items:
+        raise InvalidArgument(f"the workload {path} holds no prompts (one JSON object per line)")
+    return items
+
+
+def select(items: Sequence[Item], categories: Sequence[str] | None = None, limit: int | None = None) -> list[Item]:
+    """The items of the given categories (all: None), at most `limit` of each, categories interleaved."""
+    by_cat: dict[str, list[Item]] = defaultdict(list)
+    for it in items:
+        by_cat[it.category].append(it)
+    if categories:
+        unknown = [c for c in categories if c not in by_cat]
+        if unknown:
+            raise InvalidArgument(f"no category {', '.join(unknown)} in the workload (it has: {', '.join(by_cat)})")
+        by_cat = {c: by_cat[c] for c in categories}
+    n = max(len(v) for v in by_cat.values()) if limit is None else limit
+    return [v[i] for i in range(n) for v in by_cat.values() if i < len(v)]
+
+
+def parse_modes(text: str, have_draft: bool) -> list[str]:
+    """"plain,draft:4,lookup,hybrid" -> the modes, plain first; draft and hybrid need a draft model. NAME:K
+    drafts exactly K per round, NAME alone chooses by measured cost."""
+    modes = []
+    for m in (x.strip() for x in text.split(",") if x.strip()):
+        name, _, k = m.partition(":")
+        if name not in MODE_NAMES or (k and (not k.isdigit() or int(k) < 1 or name == "plain")):
+            raise InvalidArgument(f"unknown mode {m!r}: use plain, draft, lookup, hybrid, or draft:K / lookup:K / "
+                                  "hybrid:K for a fixed K >= 1")
+        if name in ("draft", "hybrid") and not have_draft:
+            raise InvalidArgument(f"mode {m} needs a draft model (--draft)")
+        if m not in modes:
+            modes.append(m)
+    return ["plain"] + [m for m in modes if m != "plain"]
+
+
+def default_modes(have_draft: bool) -> str:
+    return "plain,draft:2,draft:4,draft:8,draft,lookup,hybrid" if have_draft else "plain,lookup:4,lookup"
+
+
+@dataclass
+class Tally:
+    """Sums for one (mode, category) in one repeat."""
+
+    s: float = 0.0  # generation seconds (rounds)
+    n: int = 0  # tokens
+    rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    llama_s: float = 0.0
+    wall_s: float = 0.0  # from the call to the last token, prompt included
+    prompts: int = 0
+    same: int = 0
+    phase_s: dict = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
+    drafted_at: list = field(default_factory=list)
+    accepted_at: list = field(default_factory=list)
+    ttft_s: list = field(default_factory=list)
+
+    def add(self, result, wall_s: float, ttft_s: float, same: bool) -> None:
+        st = result.stats
+        self.s += st.generation_s
+        self.n += st.n_tokens
+        self.rounds += st.n_rounds
+        self.drafted += st.n_drafted
+        self.accepted += st.n_accepted
+        self.llama_s += sum(r.llama_seconds for r in st.rounds)
+        self.wall_s += wall_s
+        self.prompts += 1
+        self.same += same
+        self.ttft_s.append(ttft_s)
+        for p in PHASES:
+            self.phase_s[p] += st.phase_s[p]
+        for i, (d, a) in enumerate(zip(st.drafted_at, st.accepted_at)):
+            if i == len(self.drafted_at):
+                self.drafted_at.append(0)
+                self.accepted_at.append(0)
+            self.drafted_at[i] += d
+            self.accepted_at[i] += a
+
+
+@dataclass
+class Report:
+    modes: list[str]
+    categories: list[str]
+    tallies: dict = field(default_factory=dict)  # (repeat, mode, category) -> Tally; category "overall" too
+    verify_curve: dict = field(default_factory=dict)  # m rows -> seconds
+    peak_rss_mb: float = 0.0
+    divergences: list = field(default_factory=list)
+    skipped: list = field(default_factory=list)  # why an item was left out (a prompt longer than the context)
+
+    def rows(self) -> dict:
+        """mode -> category -> the figures (medians over repeats where a figure is per repeat)."""
+        repeats = sorted({r for r, _, _ in self.tallies})
+        out: dict = {}
+        for mode in self.modes:
+            for cat in [*self.categories, "overall"]:
+                ts = [self.tallies[(r, mode, cat)] for r in repeats if (r, mode, cat) in self.tallies]
+                plains = [self.tallies[(r, "plain", cat)] for r in repeats if (r, mode, cat) in self.tallies]
+                if not ts or not all(t.n for t in ts):
+                    continue
+                out.setdefault(mode, {})[cat] = _figures(ts, plains)
+        return out
+
+
+def _figures(ts: list[Tally], plains: list[Tally]) -> dict:
+    all_ = Tally()
+    for t in ts:  # pooled over repeats, for the sums that are not ratios to plain
+        for name in ("s", "n", "rounds", "drafted", "accepted", "llama_s", "wall_s", "prompts", "same"):
+            setattr(all_, name, getattr(all_, name) + getattr(t, name))
+        all_.ttft_s += t.ttft_s
+        for p in PHASES:
+            all_.phase_s[p] += t.phase_s[p]
+        for i, (d, a) in enumerate(zip(t.drafted_at, t.accepted_at)):
+            if i == len(all_.drafted_at):
+                all_.drafted_at.append(0)
+                all_.accepted_at.append(0)
+            all_.drafted_at[i] += d
+            all_.accepted_at[i] += a
+    speedups = [(p.s / p.n) / (t.s / t.n) for t, p in zip(ts, plains) if p.n and t.n]
+    return {
+        "prompts": all_.prompts, "same_as_plain": all_.same, "ms_per_token": 1000 * all_.s / all_.n,
+        "speedup": statistics.median(speedups), "speedup_by_repeat": speedups,
+        "acceptance": all_.accepted / all_.drafted if all_.drafted else None,
+        "acceptance_by_position": [a / d for a, d in zip(all_.accepted_at, all_.drafted_at) if d],
+        "drafted_by_position": all_.drafted_at, "accepted_by_position": all_.accepted_at,
+        "mean_accepted_length": all_.accepted / all_.rounds, "tokens_per_round": all_.n / all_.rounds,
+        "phase_ms_per_round": {p: 1000 * all_.phase_s[p] / all_.rounds for p in PHASES},
+        "python_share": 1 - all_.llama_s / all_.s if all_.s else 0.0,
+        "ttft_ms": 1000 * statistics.median(all_.ttft_s), "end_to_end_tok_s": all_.n / all_.wall_s,
+    }
+
+
+class Strategies:
+    """A proposer of its own for each mode, so each mode's policy learns on its own (as a process running only that
+    mode would), all drafting with the engine's one draft model."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._draft = next((p for p in getattr(engine.proposer, "parts", None) or (engine.proposer,)
+                            if isinstance(p, DraftModelProposer)), None)
+        self.by_mode: dict[str, Proposer] = {}
+
+    def proposer(self, mode: str) -> Proposer:
+        if mode not in self.by_mode:
+            name, d = mode.partition(":")[0], self._draft
+            self.by_mode[mode] = (PromptLookupProposer() if name == "lookup" else
+                                  DraftModelProposer(d.ctx, self.engine.model.n_vocab, d.p_min) if name == "draft" else
+                                  HybridProposer(DraftModelProposer(d.ctx, self.engine.model.n_vocab, d.p_min)))
+        return self.by_mode[mode]
+
+    def generate(self, mode: str, tokens: list[int], max_tokens: int, cold: bool = True):
+        """Run one mode; returns (result, seconds from the call to the last token, seconds to the first token)."""
+        if cold:  # each run reads its prompt from scratch, as a new request would
+            self.engine.target.clear()
+            if self._draft is not None:
+                self._draft.ctx.clear()
+        name, _, k = mode.partition(":")
+        kwargs = {"speculative": False} if name == "plain" else {"proposer": self.proposer(mode)}
+        if k:
+            kwargs.update(draft_max=int(k), adaptive=False)
+        t0 = time.perf_counter()
+        first = None
+        for r in self.engine.stream(tokens, max_tokens=max_tokens, **kwargs):
+            if first is None and (r.token is not None or r.result is not None):
+                first = time.perf_counter() - t0
+            if r.result is not None:
+                return r.result, time.perf_counter() - t0, first
+        raise AssertionError("stream() ended without a result")  # pragma: no cover
+
+
+def run(engine: Engine, modes: Sequence[str], items: Sequence[Item], max_tokens: int = 64, repeats: int = 1,
+        progress: Callable[[int, int, str], None] | None = None, diverged: Callable | None = None,
+        budget_s: float | None = None, calibrations: int = 1, use_profile: bool = True) -> Report:
+    """Measure every mode on every item, `repeats` times; progress(done, total, line) after each item.
+    diverged(item, tokens, plain, other, mode): called where a mode's greedy output differs from plain's (a note).
+    budget_s: stop after the item that spends it. The verify curve is timed here (the median of `calibrations`);
+    use_profile: the adaptive modes start from what `edgespec tune` measured for their draft, as a new process would.
+    """
+    strategies = Strategies(engine)
+    report = Report(list(modes), list(dict.fromkeys(it.category for it in items)))
+    warm = engine.tokenize("Hello")
+    strategies.generate("plain", warm, 8)
+    # Timed before any adaptive mode runs, so no mode times it (or saves it) on its own.
+    curves = [engine.calibrate(range(1, 17)) for _ in range(calibrations)]
+    report.verify_curve = {m: statistics.median(c[m] for c in curves) for m in curves[0]}
+    if use_profile:
+        engine.use_profile([strategies.proposer(m) for m in modes if ":" not in m and m != "plain"], curve=False)
+    for mode in modes:  # the first call of each batch shape allocates: keep it out of the numbers
+        strategies.generate(mode, warm, 8)
+    total, done, t0 = len(items) * repeats, 0, time.perf_counter()
+    for rep in range(repeats):
+        for i, it in enumerate(items):
+            if budget_s is not None and done and time.perf_counter() - t0 > budget_s:
+                break
+            tokens = it.tokens(engine)
+            if len(tokens) + max_tokens > engine.target.n_ctx:
+                report.skipped.append(f"a {it.category} prompt of {len(tokens)} tokens (+ {max_tokens} to write) "
+                                      f"does not fit the context of {engine.target.n_ctx}")
+                done += 1
+                continue
+            turn = (i + rep) % len(modes)
+            results = {}
+            for mode in [*modes[turn:], *modes[:turn]]:
+                results[mode] = strategies.generate(mode, tokens, max_tokens)
+            ref = results["plain"][0].tokens
+            for mode, (res, wall, first) in results.items():
+                same = res.tokens == ref
+                for cat in (it.category, "overall"):
+                    report.tallies.setdefault((rep, mode, cat), Tally()).add(res, wall, first, same)
+                if not same and diverged is not None:
+                    report.divergences.append(diverged(it, tokens, ref, res.tokens, mode))
+            done += 1
+            if progress is not None:
+                plain_ms = results["plain"][0].stats.ms_per_token or 0.0
+                line = ", ".join(f"{m} x{plain_ms / r.stats.ms_per_token:.2f}" for m, (r, _, _) in results.items()
+                                 if m != "plain" and r.stats.ms_per_token)
+                progress(done, total, f"{it.category}: plain {plain_ms:.0f} ms/token; {line}")
+    if not report.tallies:
+        raise EdgespecError(f"no prompt of the workload fits the context of {engine.target.n_ctx} tokens with "
+                            f"{max_tokens} to write; raise --ctx-size")
+    report.peak_rss_mb = peak_rss_mb()
+    return report
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory (ru_maxrss is KiB on Linux, bytes on macOS)."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return 0.0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 1024

@@ -1,0 +1,184 @@
+"""`edgespec bench` and `edgespec tune`: the commands that measure this machine (parse, run, render; the
+measuring itself is benchmark.py's and autotune.py's)."""
+from __future__ import annotations
+
+import sys
+import time
+
+import click
+
+MODEL_OPTIONS = [
+    click.option("--model", "-m", metavar="GGUF", help="Target: a file, a preset, or REPO:FILE (default: the "
+                 "embedded SmolLM2-135M)."),
+    click.option("--draft", "-d", metavar="GGUF", help="Draft model (a preset brings its own)."),
+    click.option("--threads", type=click.IntRange(min=1), help="CPU threads (default: physical cores)."),
+    click.option("--gpu-layers", default=0, show_default=True, type=int, help="Target layers on the GPU (-1: all)."),
+    click.option("--draft-gpu-layers", type=int, help="Draft layers on the GPU (default: as --gpu-layers)."),
+    click.option("--ctx-size", "-c", default=2048, show_default=True, type=click.IntRange(min=64)),
+    click.option("--draft-max", "-k", default=8, show_default=True, type=click.IntRange(min=1),
+                 help="Most tokens an adaptive mode drafts per round."),
+    click.option("--verbose", is_flag=True, help="Show llama.cpp's own log."),
+]
+
+
+def model_options(f):
+    for option in reversed(MODEL_OPTIONS):
+        f = option(f)
+    return f
+
+
+def _load(opts: dict):
+    """The target and its draft (no lookup: the modes build their own proposers), and whether it is the default."""
+    from .engine import Engine
+    from .options import choose_models
+
+    model, draft, _, default = choose_models({"model": opts["model"], "draft": opts["draft"], "lookup": False,
+                                              "no_spec": False, "verbose": opts["verbose"]})
+    engine = Engine.load(model, draft, n_ctx=opts["ctx_size"], n_threads=opts["threads"],
+                         n_gpu_layers=opts["gpu_layers"], draft_n_gpu_layers=opts["draft_gpu_layers"],
+                         draft_max=opts["draft_max"])
+    return engine, model, draft
+
+
+def _progress(t0: float):
+    def show(done: int, total: int, line: str) -> None:
+        click.echo(f"[{done}/{total} {time.time() - t0:4.0f}s] {line}", err=True)
+    return show
+
+
+@click.command("bench")
+@model_options
+@click.option("--modes", help="Comma-separated: plain, draft, lookup, hybrid (chosen by measured cost), or draft:K, "
+              "lookup:K, hybrid:K (exactly K per round). Default: plain,draft:2,draft:4,draft:8,draft,lookup,hybrid "
+              "with a draft, else plain,lookup:4,lookup.")
+@click.option("--workload", metavar="JSONL", help="Your prompts: one JSON object per line, {\"prompt\": TEXT} or "
+              "{\"messages\": [{\"role\", \"content\"}, ...]}, with an optional \"category\". Default: the built-in "
+              "set (13 categories, code and general language).")
+@click.option("--category", "categories", multiple=True, help="Only this category (repeatable).")
+@click.option("--limit", type=click.IntRange(min=1), help="At most N prompts of each category.")
+@click.option("--max-tokens", "-n", default=64, show_default=True, type=click.IntRange(min=1))
+@click.option("--repeats", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Run the whole set this many times; speedups are the median over repeats.")
+@click.option("--json", "json_path", metavar="FILE", help="Also write every figure, the command, versions and "
+              "machine here.")
+@click.option("--plot", "plot_path", metavar="PNG", help="Also draw speedup by category, acceptance by position and "
+              "the verify curve (needs matplotlib: pip install 'edgespec[plot]').")
+def bench(modes, workload, categories, limit, max_tokens, repeats, json_path, plot_path, **opts) -> None:
+    """Plain decoding against drafting strategies on a workload, on this machine, greedy.
+
+    Modes run interleaved prompt by prompt, each from a cold cache; ms/token is sum(time) / sum(tokens); every
+    speedup is over plain decoding measured in the same run; outputs are compared with plain's token for token.
+    Run it alone: another busy process on the same cores changes every number."""
+    import json
+    from pathlib import Path
+
+    from . import benchmark, report
+    from .diagnostics import divergence
+
+    items = benchmark.read_jsonl(workload) if workload else benchmark.builtin()
+    items = benchmark.select(items, categories, limit)
+    if plot_path:  # checked before anything is measured
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            from .errors import EdgespecError
+
+            raise EdgespecError("--plot needs matplotlib: pip install 'edgespec[plot]'") from None
+    engine, model, draft = _load(opts)
+    chosen = benchmark.parse_modes(modes or benchmark.default_modes(draft is not None), draft is not None)
+    name = Path(model).name + (f" + {Path(draft).name}" if draft else "")
+    click.echo(f"edgespec bench: {name}, {len(chosen)} modes x {len(items)} prompts x {repeats}, up to {max_tokens} "
+               f"tokens, greedy, {engine.target.n_threads} threads", err=True)
+
+    def diverged(item, tokens, plain, other, mode):
+        d = divergence(engine.model, tokens, plain, other, opts["draft_max"], opts["threads"])
+        return f"{mode} on a {item.category} prompt: {d}"
+
+    try:
+        rep = benchmark.run(engine, chosen, items, max_tokens, repeats, _progress(time.time()), diverged)
+    finally:
+        engine.close()
+    rows = rep.rows()
+    click.echo(f"\n{name}, {max_tokens} tokens x {len(items)} prompts x {repeats}")
+    click.echo(report.tables(rep, rows))
+    for note in rep.divergences:
+        click.echo(note)
+    for note in rep.skipped:
+        click.echo(f"skipped: {note} (raise --ctx-size)")
+    settings = {"model": model, "draft": draft, "modes": chosen, "max_tokens": max_tokens, "repeats": repeats,
+                "prompts": len(items), "workload": workload or "built-in", "threads": engine.target.n_threads,
+                "gpu_layers": opts["gpu_layers"], "draft_max": opts["draft_max"]}
+    if json_path:
+        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(json_path).write_text(json.dumps(report.record(rep, rows, settings), indent=1))
+        click.echo(f"edgespec: wrote {json_path}", err=True)
+    if plot_path:
+        report.plot(rep, rows, plot_path, f"{name}, {time.strftime('%Y-%m-%d')}")
+        click.echo(f"edgespec: wrote {plot_path}", err=True)
+
+
+@click.command("tune")
+@model_options
+@click.option("--lookup/--no-lookup", default=True, show_default=True, help="Also measure prompt lookup.")
+@click.option("--seconds", default=90, show_default=True, type=click.IntRange(min=5),
+              help="Time for the prompt runs (loading and the verify curve come on top).")
+@click.option("--max-tokens", "-n", default=48, show_default=True, type=click.IntRange(min=8))
+def tune(lookup, seconds, max_tokens, **opts) -> None:
+    """Measure this machine with a model (and its draft) and keep it as the model's profile.
+
+    Times the target's verify curve, runs plain decoding, the draft at K = 2, 4, 8 and prompt lookup on built-in
+    prompts, prints the break-even rule in numbers and what the engine will do, and writes the profile that
+    generate, chat and serve start from (so the first token comes without timing anything). Nothing is written
+    if it is interrupted."""
+    from pathlib import Path
+
+    from . import autotune
+
+    engine, model, draft = _load(opts)
+    name = Path(model).name + (f" + {Path(draft).name}" if draft else "")
+    click.echo(f"edgespec tune: {name}, {engine.target.n_threads} threads, about {seconds} s of prompts", err=True)
+    bar = click.progressbar(length=13, label="measuring", file=sys.stderr, show_eta=False)
+
+    def progress(done, total, line):
+        bar.length = total
+        bar.update(1)
+
+    try:
+        with bar:
+            tuned = autotune.tune(engine, seconds, max_tokens, lookup, progress)
+    finally:
+        engine.close()
+    _print_tuned(tuned)
+
+
+def _print_tuned(t) -> None:
+    curve = t.verify_s
+    one = curve[1]
+    click.echo("verify cost T_v(m), ms (x one row): " + "  ".join(f"{m}:{1000 * s:.0f} ({s / one:.2f})"
+                                                                for m, s in sorted(curve.items())))
+    n = t.rows["plain"]["overall"]["prompts"]
+    click.echo(f"\nmeasured on {n} prompts (one per category), greedy:")
+    for mode, r in t.rows.items():
+        o = r["overall"]
+        acc = " ".join(f"{a:.2f}" for a in o["acceptance_by_position"][:8])
+        extra = "" if mode == "plain" else f"  x{o['speedup']:.2f}  {o['mean_accepted_length']:.2f} accepted/round" \
+            + (f"  acceptance by position {acc}" if acc else "")
+        click.echo(f"  {mode:<9}{o['ms_per_token']:7.1f} ms/token{extra}")
+    if t.draft_entry is not None:
+        click.echo("\ndraft step costs T_d(K): " + "  ".join(
+            f"K={k}: {1000 * s:.0f} ms" for k, s in sorted(t.draft_entry["draft_round_s"].items())))
+        click.echo(f"break-even: a round of K drafts pays only while T_v(K+1) + T_d(K) < E[N_K] x T_plain "
+                   f"(T_plain = {1000 * one:.1f} ms); draft budget = E[N_K] x T_plain - T_v(K+1)")
+        click.echo(f"  {'K':>2} {'E[N_K]':>7} {'T_v(K+1)':>9} {'T_d(K)':>7} {'round':>7} {'limit':>7} "
+                   f"{'budget':>7}  pays")
+        for b in t.breakeven:
+            click.echo(f"  {b.k:>2} {b.expected_tokens:>7.2f} {1000 * b.verify_s:>7.1f}ms {1000 * b.draft_s:>5.1f}ms "
+                       f"{1000 * b.round_s:>5.1f}ms {1000 * b.limit_s:>5.1f}ms {1000 * b.draft_budget_s:>5.1f}ms  "
+                       f"{'yes' if b.pays else 'no'}")
+    best = t.choice
+    verdict = "no speculation: plain decoding was fastest" if best == "plain" else \
+        f"{best} ({t.measured['plain'] / t.measured[best]:.2f}x plain)"
+    click.echo(f"\nfastest on this sample: {verdict}")
+    if t.decision:
+        click.echo(f"the engine will start with: {t.decision}")
+    click.echo(f"profile: {t.path}" if t.path else "profile: not written (the cache directory is not writable)")

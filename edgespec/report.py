@@ -1,0 +1,109 @@
+"""A benchmark's numbers for people: the tables `edgespec bench` prints, its JSON record, and its plot (matplotlib,
+the optional `plot` extra)."""
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+from .benchmark import Report
+from .stats import PHASES
+
+
+def tables(report: Report, rows: dict) -> str:
+    cats = [c for c in [*report.categories, "overall"] if any(c in r for r in rows.values())]
+    modes = list(rows)
+    width = max(9, *(len(m) + 2 for m in modes))
+    out = ["speedup over plain by category (plain ms/token / mode ms/token, median over repeats; plain: its "
+           "ms/token)", f"{'category':<15}" + "".join(f"{m:>{width}}" for m in modes)]
+    for c in cats:
+        cells = [(f"{rows[m][c]['ms_per_token']:.1f}ms" if m == "plain" else f"{rows[m][c]['speedup']:.2f}x")
+                 if c in rows[m] else "-" for m in modes]
+        out.append(f"{c:<15}" + "".join(f"{x:>{width}}" for x in cells))
+    out += ["", "overall, per mode",
+            f"{'mode':<10}{'ms/tok':>8}{'speedup':>8}{'same':>7}{'accept':>7}{'acc/rnd':>8}{'tok/rnd':>8}"
+            + "".join(f"{p[:6]:>8}" for p in PHASES) + f"{'py':>6}{'TTFT':>8}{'e2e t/s':>8}  acceptance by position"]
+    for mode, by_cat in rows.items():
+        r = by_cat.get("overall")
+        if r is None:
+            continue
+        acc = "-" if r["acceptance"] is None else f"{r['acceptance']:.2f}"
+        pos = " ".join(f"{a:.2f}" for a in r["acceptance_by_position"][:8])
+        out.append(f"{mode:<10}{r['ms_per_token']:>8.1f}{r['speedup']:>7.2f}x{r['same_as_plain']:>3}/"
+                   f"{r['prompts']:<3}{acc:>7}{r['mean_accepted_length']:>8.2f}{r['tokens_per_round']:>8.2f}"
+                   + "".join(f"{r['phase_ms_per_round'][p]:>8.1f}" for p in PHASES)
+                   + f"{100 * r['python_share']:>5.1f}%{r['ttft_ms']:>6.0f}ms{r['end_to_end_tok_s']:>8.1f}  {pos}")
+    curve = report.verify_curve
+    if curve:
+        one = curve[min(curve)]
+        out += ["", "verify cost T_v(m) / T_v(1), T_v(1) = " + f"{1000 * one:.1f} ms: "
+                + "  ".join(f"{m}:{t / one:.2f}" for m, t in sorted(curve.items()))]
+    out += ["(phases: ms per round; py: share of round time outside llama.cpp; TTFT: median time to first token "
+            "from a cold cache; e2e t/s: tokens per second including reading the prompt; same: greedy output "
+            f"identical to plain's) peak memory {report.peak_rss_mb:.0f} MiB"]
+    return "\n".join(out)
+
+
+def record(report: Report, rows: dict, settings: dict) -> dict:
+    """The JSON a run leaves behind: what produced it (command, versions, machine, date) and every figure."""
+    from . import __version__
+    from .backend import system_info
+    from .profile import _cpu
+
+    return {"command": " ".join(["edgespec", *sys.argv[1:]]) if sys.argv else "edgespec bench",
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "edgespec": __version__, "build": system_info(),
+            "python": platform.python_version(), "machine": {"cpu": _cpu(), "cores": os.cpu_count(),
+                                                               "system": platform.platform()},
+            "settings": settings, "verify_curve_s": {str(m): t for m, t in sorted(report.verify_curve.items())},
+            "peak_rss_mb": report.peak_rss_mb, "rows": rows, "divergences": report.divergences,
+            "skipped": report.skipped}
+
+
+def plot(report: Report, rows: dict, path: str | os.PathLike, title: str = "") -> None:
+    """Three panels: speedup by category, acceptance by draft position, the verify curve T_v(m)/T_v(1)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        from .errors import EdgespecError
+
+        raise EdgespecError("--plot needs matplotlib: pip install 'edgespec[plot]'") from None
+    modes = [m for m in rows if m != "plain"]
+    cats = [c for c in [*report.categories, "overall"] if any(c in rows[m] for m in modes)]
+    fig, axes = plt.subplots(1, 3, figsize=(17, 4.8), gridspec_kw={"width_ratios": [3, 1.2, 1.2]})
+    ax = axes[0]
+    w = 0.8 / max(1, len(modes))
+    for j, m in enumerate(modes):
+        xs = [i + (j - (len(modes) - 1) / 2) * w for i in range(len(cats))]
+        ax.bar(xs, [rows[m].get(c, {}).get("speedup", 0) for c in cats], w, label=m)
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.set_xticks(range(len(cats)), cats, rotation=35, ha="right")
+    ax.set_ylabel("speedup over plain")
+    ax.legend(fontsize=8, ncol=2)
+    ax = axes[1]
+    for m in modes:
+        pos = rows[m]["overall"]["acceptance_by_position"]
+        if pos:
+            ax.plot(range(1, len(pos) + 1), pos, marker="o", ms=3, label=m)
+    ax.set_xlabel("draft position")
+    ax.set_ylabel("acceptance (given the ones before passed)")
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize=8)
+    ax = axes[2]
+    curve = sorted(report.verify_curve.items())
+    if curve:
+        ax.plot([m for m, _ in curve], [t / curve[0][1] for _, t in curve], marker="o", ms=3)
+        ax.plot([m for m, _ in curve], [m for m, _ in curve], ls=":", color="grey", label="m x one row")
+    ax.set_xlabel("rows in one target decode (m)")
+    ax.set_ylabel("T_v(m) / T_v(1)")
+    ax.legend(fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,159 @@
+"""`edgespec bench` and `edgespec tune`: the workload they read, the numbers they print and keep, and the profile
+tune leaves (or, interrupted, does not)."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+import edgespec
+from edgespec import autotune, benchmark, profile
+from edgespec.errors import InvalidArgument
+from edgespec.tuning import CostModel, DraftLength
+
+
+@pytest.fixture
+def profiles(tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGESPEC_PROFILES", str(tmp_path / "profiles"))
+    return tmp_path / "profiles"
+
+
+def run(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "edgespec", *map(str, args)], capture_output=True, text=True,
+                          timeout=300, env=env)
+
+
+def test_the_builtin_workload_is_broad(tiny_pair):
+    items = benchmark.builtin()
+    cats = {}
+    for it in items:
+        cats[it.category] = cats.get(it.category, 0) + 1
+    assert len(cats) >= 10 and min(cats.values()) >= 6
+    for c in ("translate", "summarise_long", "rag", "factual_qa", "writing", "extract", "multiturn", "math",
+              "code_write", "code_edit"):
+        assert c in cats
+    with edgespec.Engine.load(tiny_pair[0], n_ctx=2048, n_threads=2) as e:
+        multi = [it for it in items if it.messages]
+        assert multi and all(len(it.tokens(e)) > 10 for it in multi[:2])
+    # interleaved: one of each category first
+    assert [it.category for it in benchmark.select(items, limit=1)] == list(cats)
+
+
+def test_a_users_workload(tmp_path):
+    path = tmp_path / "w.jsonl"
+    path.write_text('{"prompt": "Hello", "category": "greet"}\n\n'
+                    '{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]}\n')
+    items = benchmark.read_jsonl(path)
+    assert [it.category for it in items] == ["greet", "prompts"] and items[1].messages
+    for bad, says in [('{"prompt": ""}', "line 1"), ("not json", "line 1: not JSON"),
+                      ('{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}',
+                       "the last message must be the user's"), ('[1, 2]', "expected a JSON object"),
+                      ('{"prompt": "a", "category": 3}', "category")]:
+        path.write_text(bad + "\n")
+        with pytest.raises(InvalidArgument, match=says):
+            benchmark.read_jsonl(path)
+    path.write_text("\n")
+    with pytest.raises(InvalidArgument, match="holds no prompts"):
+        benchmark.read_jsonl(path)
+    with pytest.raises(InvalidArgument, match="no category nope"):
+        benchmark.select(items, ["nope"])
+
+
+def test_modes():
+    assert benchmark.parse_modes("draft:4,lookup", True) == ["plain", "draft:4", "lookup"]
+    assert benchmark.parse_modes("lookup,plain,lookup", False) == ["plain", "lookup"]
+    for bad, says in [("draft", "needs a draft model"), ("fast", "unknown mode"), ("draft:0", "unknown mode"),
+                      ("plain:2", "unknown mode"), ("lookup:x", "unknown mode")]:
+        with pytest.raises(InvalidArgument, match=says):
+            benchmark.parse_modes(bad, False)
+
+
+def test_bench_command_on_the_tiny_pair(tiny_pair, tmp_path):
+    out, png = tmp_path / "b.json", tmp_path / "b.png"
+    r = run("bench", "-m", tiny_pair[0], "-d", tiny_pair[1], "--category", "code_edit", "--category", "multiturn",
+            "--limit", "1", "-n", "12", "--modes", "draft:3,draft,lookup,hybrid", "--json", out, "--plot", png,
+            "--threads", "2")
+    assert r.returncode == 0, r.stderr
+    assert "[2/2" in r.stderr  # progress while it runs
+    assert "code_edit" in r.stdout and "acceptance by position" in r.stdout and "T_v(m)" in r.stdout
+    data = json.loads(out.read_text())
+    assert data["command"].startswith("edgespec bench") and data["build"] and data["machine"]["cores"]
+    assert set(data["rows"]) == {"plain", "draft:3", "draft", "lookup", "hybrid"}
+    for mode, by_cat in data["rows"].items():
+        o = by_cat["overall"]
+        assert set(by_cat) == {"code_edit", "multiturn", "overall"}
+        assert o["prompts"] == 2 and o["same_as_plain"] == 2, mode  # greedy: every mode writes plain's tokens
+        assert o["ttft_ms"] > 0 and o["end_to_end_tok_s"] > 0 and o["ms_per_token"] > 0
+    assert data["rows"]["draft:3"]["overall"]["acceptance_by_position"]
+    assert len(data["verify_curve_s"]) == 16 and png.stat().st_size > 10_000
+
+
+def test_bench_refuses_bad_input_in_one_line(tiny_pair, tmp_path):
+    r = run("bench", "-m", tiny_pair[0], "--modes", "draft")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "needs a draft model" in r.stderr
+    bad = tmp_path / "w.jsonl"
+    bad.write_text('{"prompt": 3}\n')
+    r = run("bench", "-m", tiny_pair[0], "--workload", bad)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "line 1" in r.stderr
+
+
+def test_choice_is_the_lowest_measured_cost():
+    assert autotune.choose({"plain": 0.10, "draft:2": 0.08, "draft:4": 0.07, "lookup": 0.09}) == "draft:4"
+    assert autotune.choose({"plain": 0.05, "draft:2": 0.08, "lookup": 0.05}) == "plain"  # a tie: no speculation
+
+
+def test_break_even_in_numbers():
+    cost = CostModel(verify_s={1: 0.100, 3: 0.120, 5: 0.150}, prior_weight=0.0)
+    cost.observe_draft(2, 0.020)
+    cost.observe_draft(4, 0.040)
+    for _ in range(10):  # position 1 always passes, position 2 half the time
+        cost.observe_acceptance(4, 1)
+        cost.observe_acceptance(4, 4)
+    b = {x.k: x for x in autotune.break_even(cost, 4)}
+    assert b[2].expected_tokens == pytest.approx(1 + cost.acceptance(0) + cost.acceptance(0) * cost.acceptance(1))
+    assert b[2].round_s == pytest.approx(0.120 + 0.020) and b[2].limit_s == pytest.approx(b[2].expected_tokens * 0.1)
+    assert b[2].draft_budget_s == pytest.approx(b[2].limit_s - 0.120)
+    assert b[2].pays == (0.140 < b[2].limit_s)
+    # the engine's adaptive choice from such a profile is the K of least expected cost per token
+    policy = DraftLength(4, True, cost)
+    policy.seed({"draft_round_s": {}, "reached": cost.reached, "accepted": cost.accepted})
+    k = policy.decide(4).k
+    assert k == min(range(1, 5), key=lambda j: (cost.cost_per_token(j), j))
+
+
+def test_tune_writes_a_profile_the_next_engine_starts_from(tiny_pair, profiles):
+    with edgespec.Engine.load(tiny_pair[0], draft=tiny_pair[1], n_ctx=4096, n_threads=2, draft_max=4) as e:
+        t = autotune.tune(e, budget_s=0.5, max_tokens=12)
+    assert t.path is not None and t.path.parent == profiles
+    assert set(t.measured) == {"plain", "draft:2", "draft:4", "lookup"} and t.choice in t.measured
+    assert t.draft_entry["reached"] and t.decision
+    known = profile.load(profile.key(str(tiny_pair[0]), 2, 0))
+    assert list(known.proposers) == [t.draft_name] and len(known.verify_s) == 16
+    with edgespec.Engine.load(tiny_pair[0], draft=tiny_pair[1], n_ctx=4096, n_threads=2, draft_max=4) as e:
+        r = e.generate(e.tokenize("the cat sat on the"), max_tokens=16)
+        assert e.costs_from == "profile"
+        assert "warm-up" not in r.stats.rounds_by_reason  # what tune measured stands in for the warm-up
+
+
+def test_an_interrupted_tune_writes_nothing(tiny_pair, profiles):
+    def stop(done, total, line):
+        if done == 2:
+            raise KeyboardInterrupt
+
+    with edgespec.Engine.load(tiny_pair[0], draft=tiny_pair[1], n_ctx=4096, n_threads=2, draft_max=4) as e:
+        with pytest.raises(KeyboardInterrupt):
+            autotune.tune(e, budget_s=60, max_tokens=8, progress=stop)
+    assert not profiles.exists() or not list(profiles.iterdir())
+
+
+def test_tune_command(tiny_pair, tmp_path):
+    import os
+
+    env = {**os.environ, "EDGESPEC_PROFILES": str(tmp_path / "p")}
+    r = run("tune", "-m", tiny_pair[0], "-d", tiny_pair[1], "--seconds", "5", "-n", "8", "-k", "4", "--threads", "2",
+            env=env)
+    assert r.returncode == 0, r.stderr
+    for says in ("verify cost T_v(m)", "break-even", "E[N_K] x T_plain", "draft budget", "the engine will start with",
+                 "profile: "):
+        assert says in r.stdout
+    assert len(list((tmp_path / "p").glob("*.json"))) == 1
