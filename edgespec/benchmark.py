@@ -149,9 +149,13 @@ class Tally:
         self.prompts += 1
         self.same += same
         self.ttft_s.append(ttft_s)
+        self._add_phases_and_positions(st)
+
+    def _add_phases_and_positions(self, other) -> None:
+        """Time per phase and drafts tested / accepted by position, from a GenerationStats or another Tally."""
         for p in PHASES:
-            self.phase_s[p] += st.phase_s[p]
-        for i, (d, a) in enumerate(zip(st.drafted_at, st.accepted_at)):
+            self.phase_s[p] += other.phase_s[p]
+        for i, (d, a) in enumerate(zip(other.drafted_at, other.accepted_at)):
             if i == len(self.drafted_at):
                 self.drafted_at.append(0)
                 self.accepted_at.append(0)
@@ -189,14 +193,7 @@ def _figures(ts: list[Tally], plains: list[Tally]) -> dict:
         for name in ("s", "n", "rounds", "drafted", "accepted", "llama_s", "wall_s", "prompts", "same"):
             setattr(all_, name, getattr(all_, name) + getattr(t, name))
         all_.ttft_s += t.ttft_s
-        for p in PHASES:
-            all_.phase_s[p] += t.phase_s[p]
-        for i, (d, a) in enumerate(zip(t.drafted_at, t.accepted_at)):
-            if i == len(all_.drafted_at):
-                all_.drafted_at.append(0)
-                all_.accepted_at.append(0)
-            all_.drafted_at[i] += d
-            all_.accepted_at[i] += a
+        all_._add_phases_and_positions(t)
     speedups = [(p.s / p.n) / (t.s / t.n) for t, p in zip(ts, plains) if p.n and t.n]
     return {
         "prompts": all_.prompts, "same_as_plain": all_.same, "ms_per_token": 1000 * all_.s / all_.n,
