@@ -26,12 +26,12 @@ def smollm_pair(tmp_path_factory):
     return target, draft
 
 
-def run_identity(engine, prompts, k, max_tokens):
+def run_identity(engine, prompts, k, max_tokens, adaptive=None):
     ties, accepted, drafted = [], 0, 0
     for prompt in prompts:
         tokens = engine.tokenize(prompt, chat_format=True)
         plain = engine.generate(tokens, max_tokens=max_tokens, speculative=False)
-        spec = engine.generate(tokens, max_tokens=max_tokens, draft_max=k)
+        spec = engine.generate(tokens, max_tokens=max_tokens, draft_max=k, adaptive=adaptive)
         tie = assert_identical_or_near_tie(engine.model, tokens, plain.tokens, spec.tokens, k)
         if tie:
             ties.append(f"{prompt[:30]!r}: {tie}")
@@ -45,7 +45,9 @@ def run_identity(engine, prompts, k, max_tokens):
 @pytest.mark.parametrize("k", [2, 4, 8])
 def test_smollm_speculative_equals_plain_at_temperature_zero(smollm_pair, k):
     with edgespec.Engine.load(*smollm_pair, n_ctx=2048) as engine:
-        ties, acceptance = run_identity(engine, PROMPTS, k, max_tokens=64)
+        # exactly k per round: an adaptive engine may (rightly, by timing) draft too little on a 135M target to
+        # put rejections and rollbacks to the test
+        ties, acceptance = run_identity(engine, PROMPTS, k, max_tokens=64, adaptive=False)
     assert len(ties) < len(PROMPTS) - 2  # at least three prompts identical outright
     assert 0.3 < acceptance < 1.0
 
