@@ -14,7 +14,6 @@ from typing import Callable
 
 from . import benchmark, profile
 from .engine import Engine
-from .proposers import DraftModelProposer
 from .tuning import CostModel, DraftLength
 
 FIXED_KS = (2, 4, 8)
@@ -73,13 +72,14 @@ class Tuned:
 
 def tune(engine: Engine, budget_s: float = 90.0, max_tokens: int = 48, lookup: bool = True,
          progress: Callable[[int, int, str], None] | None = None, save: bool = True) -> Tuned:
-    draft = next((p for p in getattr(engine.proposer, "parts", None) or (engine.proposer,)
-                  if isinstance(p, DraftModelProposer)), None)
+    draft = benchmark.draft_of(engine)
     modes = ["plain"] + ([f"draft:{k}" for k in FIXED_KS if k <= engine.draft_max] if draft else []) + \
         (["lookup"] if lookup or draft is None else [])
     items = benchmark.select(benchmark.builtin(), limit=1)
     rep = benchmark.run(engine, modes, items, max_tokens, progress=progress, budget_s=budget_s, calibrations=3,
                         use_profile=False)
+    if rep.interrupted:
+        raise KeyboardInterrupt  # a profile from part of the run is not what tune promises: write nothing
     rows = rep.rows()
     measured = {m: r["overall"]["ms_per_token"] / 1000 for m, r in rows.items()}
     out = Tuned(rep.verify_curve, measured, choose(measured), rows)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+from .drafting import parts
 from .engine import Engine
 from .errors import EdgespecError, InvalidArgument
 from .proposers import DraftModelProposer, HybridProposer, PromptLookupProposer, Proposer
@@ -172,6 +173,7 @@ class Report:
     peak_rss_mb: float = 0.0
     divergences: list = field(default_factory=list)
     skipped: list = field(default_factory=list)  # why an item was left out (a prompt longer than the context)
+    interrupted: bool = False  # Ctrl-C after some items: the figures cover those
 
     def rows(self) -> dict:
         """mode -> category -> the figures (medians over repeats where a figure is per repeat)."""
@@ -208,14 +210,19 @@ def _figures(ts: list[Tally], plains: list[Tally]) -> dict:
     }
 
 
+def draft_of(engine: Engine) -> DraftModelProposer | None:
+    """The engine's draft model (alone or in its chain), or None."""
+    return next((p for p in parts(engine.proposer) if isinstance(p, DraftModelProposer)), None) \
+        if engine.proposer is not None else None
+
+
 class Strategies:
     """A proposer of its own for each mode, so each mode's policy learns on its own (as a process running only that
     mode would), all drafting with the engine's one draft model."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self._draft = next((p for p in getattr(engine.proposer, "parts", None) or (engine.proposer,)
-                            if isinstance(p, DraftModelProposer)), None)
+        self._draft = draft_of(engine)
         self.by_mode: dict[str, Proposer] = {}
 
     def proposer(self, mode: str) -> Proposer:
@@ -251,7 +258,8 @@ def run(engine: Engine, modes: Sequence[str], items: Sequence[Item], max_tokens:
         budget_s: float | None = None, calibrations: int = 1, use_profile: bool = True) -> Report:
     """Measure every mode on every item, `repeats` times; progress(done, total, line) after each item.
     diverged(item, tokens, plain, other, mode): called where a mode's greedy output differs from plain's (a note).
-    budget_s: stop after the item that spends it. The verify curve is timed here (the median of `calibrations`);
+    budget_s: stop after the item that spends it. Ctrl-C after an item has finished returns the report so far, with
+    `interrupted` set (before that, it propagates). The verify curve is timed here (the median of `calibrations`);
     use_profile: the adaptive modes start from what `edgespec tune` measured for their draft, as a new process would.
     """
     strategies = Strategies(engine)
@@ -266,33 +274,38 @@ def run(engine: Engine, modes: Sequence[str], items: Sequence[Item], max_tokens:
     for mode in modes:  # the first call of each batch shape allocates: keep it out of the numbers
         strategies.generate(mode, warm, 8)
     total, done, t0 = len(items) * repeats, 0, time.perf_counter()
-    for rep in range(repeats):
-        for i, it in enumerate(items):
-            if budget_s is not None and done and time.perf_counter() - t0 > budget_s:
-                break
-            tokens = it.tokens(engine)
-            if len(tokens) + max_tokens > engine.target.n_ctx:
-                report.skipped.append(f"a {it.category} prompt of {len(tokens)} tokens (+ {max_tokens} to write) "
-                                      f"does not fit the context of {engine.target.n_ctx}")
+    try:
+        for rep in range(repeats):
+            for i, it in enumerate(items):
+                if budget_s is not None and done and time.perf_counter() - t0 > budget_s:
+                    break
+                tokens = it.tokens(engine)
+                if len(tokens) + max_tokens > engine.target.n_ctx:
+                    report.skipped.append(f"a {it.category} prompt of {len(tokens)} tokens (+ {max_tokens} to write) "
+                                          f"does not fit the context of {engine.target.n_ctx}")
+                    done += 1
+                    continue
+                turn = (i + rep) % len(modes)
+                results = {}
+                for mode in [*modes[turn:], *modes[:turn]]:
+                    results[mode] = strategies.generate(mode, tokens, max_tokens)
+                ref = results["plain"][0].tokens
+                if diverged is not None:  # (measures with the model: before the tallies, so a Ctrl-C here adds none)
+                    report.divergences += [diverged(it, tokens, ref, r.tokens, m) for m, (r, _, _) in results.items()
+                                           if r.tokens != ref]
+                for mode, (res, wall, first) in results.items():
+                    for cat in (it.category, "overall"):
+                        report.tallies.setdefault((rep, mode, cat), Tally()).add(res, wall, first, res.tokens == ref)
                 done += 1
-                continue
-            turn = (i + rep) % len(modes)
-            results = {}
-            for mode in [*modes[turn:], *modes[:turn]]:
-                results[mode] = strategies.generate(mode, tokens, max_tokens)
-            ref = results["plain"][0].tokens
-            for mode, (res, wall, first) in results.items():
-                same = res.tokens == ref
-                for cat in (it.category, "overall"):
-                    report.tallies.setdefault((rep, mode, cat), Tally()).add(res, wall, first, same)
-                if not same and diverged is not None:
-                    report.divergences.append(diverged(it, tokens, ref, res.tokens, mode))
-            done += 1
-            if progress is not None:
-                plain_ms = results["plain"][0].stats.ms_per_token or 0.0
-                line = ", ".join(f"{m} x{plain_ms / r.stats.ms_per_token:.2f}" for m, (r, _, _) in results.items()
-                                 if m != "plain" and r.stats.ms_per_token)
-                progress(done, total, f"{it.category}: plain {plain_ms:.0f} ms/token; {line}")
+                if progress is not None:
+                    plain_ms = results["plain"][0].stats.ms_per_token or 0.0
+                    line = ", ".join(f"{m} x{plain_ms / r.stats.ms_per_token:.2f}" for m, (r, _, _) in results.items()
+                                     if m != "plain" and r.stats.ms_per_token)
+                    progress(done, total, f"{it.category}: plain {plain_ms:.0f} ms/token; {line}")
+    except KeyboardInterrupt:
+        if not report.tallies:
+            raise
+        report.interrupted = True  # what was measured so far is kept: the caller shows it, then stops
     if not report.tallies:
         raise EdgespecError(f"no prompt of the workload fits the context of {engine.target.n_ctx} tokens with "
                             f"{max_tokens} to write; raise --ctx-size")

@@ -99,7 +99,8 @@ def bench(modes, workload, categories, limit, max_tokens, repeats, json_path, pl
     finally:
         engine.close()
     rows = rep.rows()
-    click.echo(f"\n{name}, {max_tokens} tokens x {len(items)} prompts x {repeats}")
+    click.echo(f"\n{name}, {max_tokens} tokens x {len(items)} prompts x {repeats}"
+               + (" (interrupted: the figures cover the prompts measured before Ctrl-C)" if rep.interrupted else ""))
     click.echo(report.tables(rep, rows))
     for note in rep.divergences:
         click.echo(note)
@@ -115,6 +116,10 @@ def bench(modes, workload, categories, limit, max_tokens, repeats, json_path, pl
     if plot_path:
         report.plot(rep, rows, plot_path, f"{name}, {time.strftime('%Y-%m-%d')}")
         click.echo(f"edgespec: wrote {plot_path}", err=True)
+    for note in engine.notes:
+        click.echo(f"edgespec: note: {note}", err=True)
+    if rep.interrupted:
+        raise KeyboardInterrupt  # exit 130, after showing and saving what was measured
 
 
 @click.command("tune")
@@ -148,6 +153,8 @@ def tune(lookup, seconds, max_tokens, **opts) -> None:
             tuned = autotune.tune(engine, seconds, max_tokens, lookup, progress)
     finally:
         engine.close()
+        for note in engine.notes:
+            click.echo(f"edgespec: note: {note}", err=True)
     _print_tuned(tuned)
 
 

@@ -31,7 +31,7 @@ def directory() -> Path:
     return home() / "profiles"
 
 
-def _cpu() -> str:
+def cpu() -> str:
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
             for line in f:
@@ -47,7 +47,7 @@ def key(model_path: str, n_threads: int, n_gpu_layers: int) -> dict:
     from .backend import system_info
 
     st = os.stat(model_path)
-    return {"version": VERSION, "machine": platform.machine(), "cpu": _cpu(), "cores": os.cpu_count(),
+    return {"version": VERSION, "machine": platform.machine(), "cpu": cpu(), "cores": os.cpu_count(),
             "build": system_info(),
             "model": os.path.realpath(model_path), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
             "threads": n_threads, "gpu_layers": n_gpu_layers}

@@ -50,15 +50,15 @@ def record(report: Report, rows: dict, settings: dict) -> dict:
     """The JSON a run leaves behind: what produced it (command, versions, machine, date) and every figure."""
     from . import __version__
     from .backend import system_info
-    from .profile import _cpu
+    from .profile import cpu
 
     return {"command": " ".join(["edgespec", *sys.argv[1:]]) if sys.argv else "edgespec bench",
             "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "edgespec": __version__, "build": system_info(),
-            "python": platform.python_version(), "machine": {"cpu": _cpu(), "cores": os.cpu_count(),
+            "python": platform.python_version(), "machine": {"cpu": cpu(), "cores": os.cpu_count(),
                                                                "system": platform.platform()},
             "settings": settings, "verify_curve_s": {str(m): t for m, t in sorted(report.verify_curve.items())},
             "peak_rss_mb": report.peak_rss_mb, "rows": rows, "divergences": report.divergences,
-            "skipped": report.skipped}
+            "skipped": report.skipped, "interrupted": report.interrupted}
 
 
 def plot(report: Report, rows: dict, path: str | os.PathLike, title: str = "") -> None:

@@ -157,3 +157,40 @@ def test_tune_command(tiny_pair, tmp_path):
                  "profile: "):
         assert says in r.stdout
     assert len(list((tmp_path / "p").glob("*.json"))) == 1
+
+
+def test_ctrl_c_keeps_what_bench_measured(tiny_pair):
+    def stop(done, total, line):
+        if done == 2:
+            raise KeyboardInterrupt
+
+    with edgespec.Engine.load(tiny_pair[0], draft=tiny_pair[1], n_ctx=4096, n_threads=2, draft_max=4) as e:
+        items = benchmark.select(benchmark.builtin(), limit=1)
+        rep = benchmark.run(e, ["plain", "draft:2"], items, 6, progress=stop)
+        assert rep.interrupted and rep.rows()["draft:2"]["overall"]["prompts"] == 2  # the two finished items
+
+        class Interrupted(benchmark.Item):
+            def tokens(self, engine):
+                raise KeyboardInterrupt
+
+        with pytest.raises(KeyboardInterrupt):  # before any item finished there is nothing to keep
+            benchmark.run(e, ["plain"], [Interrupted("chat", "hi")], 6)
+
+
+def test_bench_interrupted_shows_and_saves_what_it_measured(tiny_pair, tmp_path):
+    import signal
+    import time
+
+    out = tmp_path / "b.json"
+    p = subprocess.Popen([sys.executable, "-m", "edgespec", "bench", "-m", tiny_pair[0], "-n", "48", "--json", out,
+                          "--threads", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    err = ""
+    deadline = time.time() + 120
+    while "[2/" not in err and time.time() < deadline:  # two prompts measured
+        err += p.stderr.readline()
+    p.send_signal(signal.SIGINT)
+    stdout, rest = p.communicate(timeout=60)
+    assert p.returncode == 130 and "interrupted" in (err + rest).splitlines()[-1]
+    assert "interrupted: the figures cover" in stdout and "speedup over plain" in stdout
+    data = json.loads(out.read_text())
+    assert data["interrupted"] and data["rows"]["plain"]["overall"]["prompts"] >= 2

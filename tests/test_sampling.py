@@ -50,3 +50,78 @@ def test_sample_follows_distribution():
 def test_invalid_config_is_refused(bad):
     with pytest.raises(ValueError):
         SamplingConfig(**bad)
+
+
+# ---- large vocabularies: top-k by groups, sampling by blocks, rows computed on demand ---------------------------
+
+def reference(logits, c):
+    """The filters written out plainly on one row: sort everything, cut, softmax (float64)."""
+    x = np.asarray(logits, dtype=np.float64)
+    order = np.lexsort((np.arange(len(x)), -x))
+    ids, kept = order, x[order]
+    if 0 < c.top_k < len(x):
+        ids, kept = ids[:c.top_k], kept[:c.top_k]
+    if c.top_p < 1.0:
+        e = np.exp(kept - kept[0])
+        n = int(np.searchsorted(np.cumsum(e / e.sum()), c.top_p)) + 1
+        ids, kept = ids[:n], kept[:n]
+    if c.min_p > 0.0:
+        keep = kept >= kept[0] + np.log(c.min_p)
+        ids, kept = ids[keep], kept[keep]
+    out = np.zeros(len(x))
+    e = np.exp((kept - kept[0]) / c.temperature)
+    out[ids] = e / e.sum()
+    return out
+
+
+@pytest.mark.parametrize("vocab", [20_000, 20_001, 151_936])  # a multiple of the group size, and not
+@pytest.mark.parametrize("c", [cfg(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05), cfg(top_k=7),
+                               cfg(temperature=1.3, top_k=100, top_p=0.9), cfg(top_k=60, min_p=0.2)])
+def test_large_vocabularies_match_the_plain_filters(vocab, c):
+    rng = np.random.default_rng(vocab)
+    logits = (rng.standard_normal((3, vocab)) * 3).astype(np.float32)
+    logits[0, rng.integers(0, vocab, 30)] += 12  # a peaked row, a flat one, one with ties at the top-k boundary
+    logits[2, :200] = logits[2, 0]
+    rows = probabilities(logits, c)
+    for r in range(3):
+        np.testing.assert_allclose(rows[r], reference(logits[r], c), atol=1e-6)
+
+
+def test_large_vocabulary_sampling_follows_the_distribution():
+    from edgespec.sampling import BLOCK
+    from stats_util import assert_follows, chi2_critical, chi2_stat
+
+    rng = np.random.default_rng(5)
+    vocab = 50_003
+    p = np.zeros(vocab, dtype=np.float32)
+    # scattered over many blocks, a dozen inside two blocks, and the short last block
+    ids = np.unique(np.r_[rng.choice(vocab, 16, replace=False), 640 + 5 * np.arange(12), vocab - 1])
+    p[ids] = rng.dirichlet(np.ones(len(ids)))
+    want = p[ids] / p[ids].sum()
+    counts = np.bincount([sample(p, rng) for _ in range(60_000)], minlength=vocab)
+    assert counts.sum() == counts[ids].sum()  # never a token of probability zero
+    assert_follows(counts[ids], want)
+
+    def wrong(p, rng):  # negative control: the right block, then its first possible entry (no walk inside it)
+        blocks = np.add.reduceat(p, np.arange(0, len(p), BLOCK))
+        b = int(np.searchsorted(np.cumsum(blocks), rng.random() * blocks.sum(), side="right"))
+        return b * BLOCK + int(np.flatnonzero(p[b * BLOCK:(b + 1) * BLOCK])[0])
+
+    bad = np.bincount([wrong(p, rng) for _ in range(60_000)], minlength=vocab)
+    assert chi2_stat(bad[ids], want)[0] > chi2_critical(len(ids) - 1)
+
+
+def test_rows_computes_only_what_verification_reads():
+    from edgespec.sampling import Rows
+    from edgespec.verify import verify_sampled
+
+    rng = np.random.default_rng(0)
+    logits = rng.standard_normal((5, 3000)).astype(np.float32)
+    c = cfg(top_k=20)
+    lazy, dense = Rows(logits, c), probabilities(logits, c)
+    draft = [int(np.argmax(logits[0])), 2999, 5, 6]  # 2999 is far outside the top 20: rejected at position 1
+    a = verify_sampled(lazy, None, draft, np.random.default_rng(3))
+    b = verify_sampled(dense, None, draft, np.random.default_rng(3))
+    assert a == b and a[0] <= 1
+    assert set(lazy._done) <= {0, 1}  # rows past the rejection were never computed
+    np.testing.assert_array_equal(lazy[1], dense[1])
