@@ -86,8 +86,10 @@ def read_jsonl(path: str | os.PathLike) -> list[Item]:
     return items
 
 
-def select(items: Sequence[Item], categories: Sequence[str] | None = None, limit: int | None = None) -> list[Item]:
-    """The items of the given categories (all: None), at most `limit` of each, categories interleaved."""
+def select(items: Sequence[Item], categories: Sequence[str] | None = None, limit: int | None = None,
+           skip: int = 0) -> list[Item]:
+    """The items of the given categories (all: None), at most `limit` of each after leaving out the first `skip`,
+    categories interleaved."""
     by_cat: dict[str, list[Item]] = defaultdict(list)
     for it in items:
         by_cat[it.category].append(it)
@@ -96,6 +98,9 @@ def select(items: Sequence[Item], categories: Sequence[str] | None = None, limit
         if unknown:
             raise InvalidArgument(f"no category {', '.join(unknown)} in the workload (it has: {', '.join(by_cat)})")
         by_cat = {c: by_cat[c] for c in categories}
+    by_cat = {c: v[skip:] for c, v in by_cat.items() if v[skip:]}
+    if not by_cat:
+        raise InvalidArgument(f"--skip {skip} leaves no prompt in any category")
     n = max(len(v) for v in by_cat.values()) if limit is None else limit
     return [v[i] for i in range(n) for v in by_cat.values() if i < len(v)]
 
@@ -255,12 +260,13 @@ class Strategies:
 
 def run(engine: Engine, modes: Sequence[str], items: Sequence[Item], max_tokens: int = 64, repeats: int = 1,
         progress: Callable[[int, int, str], None] | None = None, diverged: Callable | None = None,
-        budget_s: float | None = None, calibrations: int = 1, use_profile: bool = True) -> Report:
+        budget_s: float | None = None, calibrations: int = 1, use_profile: bool = True, fresh: bool = False) -> Report:
     """Measure every mode on every item, `repeats` times; progress(done, total, line) after each item.
     diverged(item, tokens, plain, other, mode): called where a mode's greedy output differs from plain's (a note).
     budget_s: stop after the item that spends it. Ctrl-C after an item has finished returns the report so far, with
     `interrupted` set (before that, it propagates). The verify curve is timed here (the median of `calibrations`);
     use_profile: the adaptive modes start from what `edgespec tune` measured for their draft, as a new process would.
+    fresh: every item starts from new proposers and policies (the profile's figures only): each is a first prompt.
     """
     strategies = Strategies(engine)
     report = Report(list(modes), list(dict.fromkeys(it.category for it in items)))
@@ -269,8 +275,9 @@ def run(engine: Engine, modes: Sequence[str], items: Sequence[Item], max_tokens:
     # Timed before any adaptive mode runs, so no mode times it (or saves it) on its own.
     curves = [engine.calibrate(range(1, 17)) for _ in range(calibrations)]
     report.verify_curve = {m: statistics.median(c[m] for c in curves) for m in curves[0]}
+    adaptive = [m for m in modes if ":" not in m and m != "plain"]
     if use_profile:
-        engine.use_profile([strategies.proposer(m) for m in modes if ":" not in m and m != "plain"], curve=False)
+        engine.use_profile([strategies.proposer(m) for m in adaptive], curve=False)
     for mode in modes:  # the first call of each batch shape allocates: keep it out of the numbers
         strategies.generate(mode, warm, 8)
     total, done, t0 = len(items) * repeats, 0, time.perf_counter()
@@ -285,6 +292,10 @@ def run(engine: Engine, modes: Sequence[str], items: Sequence[Item], max_tokens:
                                           f"does not fit the context of {engine.target.n_ctx}")
                     done += 1
                     continue
+                if fresh:  # after the warm-up calls too: nothing learned on another text carries over
+                    strategies.by_mode.clear()
+                    if use_profile:
+                        engine.use_profile([strategies.proposer(m) for m in adaptive], curve=False)
                 turn = (i + rep) % len(modes)
                 results = {}
                 for mode in [*modes[turn:], *modes[:turn]]:

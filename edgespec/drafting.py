@@ -98,20 +98,29 @@ class Chain:
         try:
             for link in self.links:
                 policy = link.policy
-                decision = policy.decide(cap, self.k_max, self.adaptive) if len(tokens) < cap else Decision(0, "full")
+                behind_free = len(self._used) == 1 and self._used[0].policy.free
+                decision = policy.decide(cap, self.k_max, self.adaptive) if len(tokens) < cap or behind_free \
+                    else Decision(0, "full")
                 reasons.append(decision.reason)
                 if decision.reason == "fallback" and decision.why:
                     stats.fallbacks.append({"round": stats.n_rounds, "why": decision.why})
-                if decision.reason not in ("free", "fixed") and len(self._used) == 1 and decision.k > 0:
-                    lead = self._used[0]
-                    if policy.alone_is_better(decision.k, lead.policy.keyed(lead.key), lead.n):
-                        # this part's own draft is expected to do better than following the earlier one's
-                        tokens, qs, sources, self._used, sampled = [], [], [], [], False
-                        if pushed:
-                            guide.pop(pushed)
-                        pushed = 0
-                        reasons[0] = "dropped"
                 k = decision.k - len(tokens)
+                if behind_free and decision.k > 0 and decision.reason not in ("fixed", "free"):
+                    # Keep j of the free lead's tokens and draft f after them, whichever split (or this part
+                    # alone, or the lead alone) is expected to cost least per token; learning rounds draft >= 1.
+                    lead = self._used[0]
+                    learning = decision.reason != "cost"
+                    limit = decision.k if learning else min(cap, policy.k_max if self.k_max is None else self.k_max)
+                    j, k = policy.plan(limit, lead.policy.keyed(lead.key), lead.n, least=int(learning))
+                    if j < lead.n:
+                        del tokens[j:], sources[j:], qs[j:]
+                        lead.n = j
+                        if pushed > j:
+                            guide.pop(pushed - j)
+                            pushed = j
+                        if j == 0:
+                            self._used, sampled = [], False
+                            reasons[0] = "dropped"
                 if k <= 0 or (guide is not None and tokens and guide.is_eog(tokens[-1])):
                     continue
                 t0 = time.perf_counter()

@@ -56,6 +56,10 @@ def _progress(t0: float):
               "set (13 categories, code and general language).")
 @click.option("--category", "categories", multiple=True, help="Only this category (repeatable).")
 @click.option("--limit", type=click.IntRange(min=1), help="At most N prompts of each category.")
+@click.option("--skip", default=0, type=click.IntRange(min=0), help="Leave out the first N prompts of each "
+              "category (`edgespec tune` measures on the first: --skip 1 runs on prompts it has not seen).")
+@click.option("--fresh", is_flag=True, help="Start every prompt's drafting policies anew, from the profile only, as "
+              "a new process does (one-shot `edgespec generate`): the figures of a first prompt.")
 @click.option("--max-tokens", "-n", default=64, show_default=True, type=click.IntRange(min=1))
 @click.option("--repeats", default=1, show_default=True, type=click.IntRange(min=1),
               help="Run the whole set this many times; speedups are the median over repeats.")
@@ -63,7 +67,8 @@ def _progress(t0: float):
               "machine here.")
 @click.option("--plot", "plot_path", metavar="PNG", help="Also draw speedup by category, acceptance by position and "
               "the verify curve (needs matplotlib: pip install 'edgespec[plot]').")
-def bench(modes, workload, categories, limit, max_tokens, repeats, json_path, plot_path, **opts) -> None:
+def bench(modes, workload, categories, limit, skip, fresh, max_tokens, repeats, json_path, plot_path,
+          **opts) -> None:
     """Plain decoding against drafting strategies on a workload, on this machine, greedy.
 
     Modes run interleaved prompt by prompt, each from a cold cache; ms/token is sum(time) / sum(tokens); every
@@ -76,7 +81,7 @@ def bench(modes, workload, categories, limit, max_tokens, repeats, json_path, pl
     from .diagnostics import divergence
 
     items = benchmark.read_jsonl(workload) if workload else benchmark.builtin()
-    items = benchmark.select(items, categories, limit)
+    items = benchmark.select(items, categories, limit, skip)
     if plot_path:  # checked before anything is measured
         try:
             import matplotlib  # noqa: F401
@@ -95,11 +100,11 @@ def bench(modes, workload, categories, limit, max_tokens, repeats, json_path, pl
         return f"{mode} on a {item.category} prompt: {d}"
 
     try:
-        rep = benchmark.run(engine, chosen, items, max_tokens, repeats, _progress(time.time()), diverged)
+        rep = benchmark.run(engine, chosen, items, max_tokens, repeats, _progress(time.time()), diverged, fresh=fresh)
     finally:
         engine.close()
     rows = rep.rows()
-    click.echo(f"\n{name}, {max_tokens} tokens x {len(items)} prompts x {repeats}"
+    click.echo(f"\n{name}, {max_tokens} tokens x {len(items)} prompts x {repeats}" + (", fresh" if fresh else "")
                + (" (interrupted: the figures cover the prompts measured before Ctrl-C)" if rep.interrupted else ""))
     click.echo(report.tables(rep, rows))
     for note in rep.divergences:
@@ -108,7 +113,8 @@ def bench(modes, workload, categories, limit, max_tokens, repeats, json_path, pl
         click.echo(f"skipped: {note} (raise --ctx-size)")
     settings = {"model": model, "draft": draft, "modes": chosen, "max_tokens": max_tokens, "repeats": repeats,
                 "prompts": len(items), "workload": workload or "built-in", "threads": engine.target.n_threads,
-                "gpu_layers": opts["gpu_layers"], "draft_max": opts["draft_max"]}
+                "gpu_layers": opts["gpu_layers"], "draft_max": opts["draft_max"],
+                "skip": skip, "fresh": fresh}
     if json_path:
         Path(json_path).parent.mkdir(parents=True, exist_ok=True)
         Path(json_path).write_text(json.dumps(report.record(rep, rows, settings), indent=1))

@@ -286,16 +286,29 @@ class DraftLength:
                 return 1
         return best
 
-    def alone_is_better(self, k: int, lead: CostModel, n_lead: int) -> bool:
-        """In a chain: would this part drafting k tokens alone beat following n_lead tokens of an earlier part
-        (acceptance `lead`) with k - n_lead of its own? Compares the expected time per token of the two rounds."""
-        c, fill = self.cost, max(0, k - n_lead)
-        alone, follow = c.round_cost(k), c.round_cost(fill)
-        if alone is None or follow is None:
-            return False
-        follow += (c.t_verify(n_lead + fill + 1) or 0.0) - (c.t_verify(fill + 1) or 0.0)
-        gained = lead.expected_tokens(n_lead) + lead.all_pass(n_lead) * (c.expected_tokens(fill) - 1)
-        return alone / c.expected_tokens(k) < follow / gained
+    def plan(self, k: int, lead: CostModel, n_lead: int, least: int = 0) -> tuple[int, int]:
+        """In a chain, behind a free part that offered n_lead tokens (its acceptance for proposals of that kind:
+        `lead`): keep j of them and draft f of this part's own after them, j + f <= k and f >= least, for the least
+        expected time per token. The round costs T_v(j+f+1) + T_d(f) and yields E_lead[j] + P(all j pass) *
+        (E_own[f] - 1): f = 0 is the lead alone, j = 0 this part alone, both 0 a plain round. So the chain is never
+        expected to do worse than the better of its parts, or than not speculating. Ties go to fewer rows."""
+        c = self.cost
+        verify = [c.t_verify(m) for m in range(1, k + 2)]
+        draft = [c.t_draft(f) for f in range(k + 1)]
+        if verify[0] is None or draft[k] is None:  # not timed yet: follow the lead, fill the round
+            return min(n_lead, k - least), max(least, k - n_lead)
+        own, led, lead_a = c.expected(k), lead.expected(n_lead), lead.acceptances(n_lead)
+        best, best_cost, all_pass = (0, 0), (verify[0] if least == 0 else float("inf")), 1.0
+        for j in range(min(n_lead, k - least) + 1):
+            if j:
+                all_pass *= lead_a[j - 1]
+            for f in range(max(least, 1 if j == 0 else 0), k - j + 1):
+                if draft[f] is None:
+                    continue
+                cost = (verify[j + f] + draft[f]) / (led[j] + all_pass * (own[f] - 1))
+                if cost < best_cost:
+                    best, best_cost = (j, f), cost
+        return best
 
     def observe(self, n_drafted: int, n_accepted: int | None, draft_s: float, key: object = None) -> None:
         """This policy's proposer drafted n_drafted tokens in draft_s seconds and n_accepted of them passed (None:

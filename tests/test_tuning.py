@@ -1,5 +1,7 @@
 """The draft-length cost model, with made-up costs (hand-computed expectations)."""
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from edgespec.tuning import CostModel, DraftLength
 
@@ -184,14 +186,47 @@ def test_acceptance_is_kept_per_kind_and_together():
     assert d.cost.acceptance(0) == pytest.approx(0.5) and d.cost.n_observed == 2
 
 
-def test_a_chain_part_drafts_alone_when_that_is_expected_to_be_faster():
-    # memory-bound: any verify up to 8 rows costs one step; the draft model: 0.2 of a step per token, a = 0.8
+def _round_cost(d, lead, j, f):
+    c = d.cost
+    return (c.t_verify(j + f + 1) + c.t_draft(f)) / (lead.expected_tokens(j) + lead.all_pass(j) * (c.expected_tokens(f) - 1))
+
+
+def test_a_chain_part_drafts_alone_follows_or_stands_aside_by_expected_cost():
+    # memory-bound: any verify up to 17 rows costs one step; the draft model: 0.2 of a step per token, a = 0.8
     d = DraftLength(8, adaptive=True, cost=model({m: 1.0 for m in range(1, 18)}, 0.2, [0.8] * 16))
-    # drafting 4 alone: (1 + 4 * 0.2) / (1 + .8 + .64 + .512 + .4096) = 0.5355 s/token
-    good, poor = model({1: 1.0}, 0.0, [0.5] * 16), model({1: 1.0}, 0.0, [0.4] * 16)
-    # following 4 free lookup tokens at a = 0.5: 1 / (1 + .5 + .25 + .125 + .0625) = 0.516: follow
-    assert not d.alone_is_better(4, good, 4)
-    # at a = 0.4: 1 / 1.6496 = 0.606: the draft model alone is better
-    assert d.alone_is_better(4, poor, 4)
-    # 2 lookup tokens at a = 0.5, then 2 drafted: (1 + 0.4) / (1.75 + 0.25 * 1.44) = 0.6635: alone is better
-    assert d.alone_is_better(4, good, 2)
+    # drafting alone, the best K (4: (1 + 0.8) / 3.3616 = 0.5355 s/token) ...
+    assert d.plan(8, model({1: 1.0}, 0.0, [0.5] * 16), 0) == (0, 4)
+    # ... loses to 4 sure lookup tokens (1 / 5 = 0.2 s/token)
+    sure = model({1: 1.0}, 0.0, [1.0] * 16)
+    assert d.plan(8, sure, 4) == (4, 0)  # 4 drafted after them: (1 + 0.8) / (5 + 2.3616) = 0.2445 > 0.2
+    cheap = DraftLength(8, adaptive=True, cost=model({m: 1.0 for m in range(1, 18)}, 0.05, [0.8] * 16))
+    assert cheap.plan(8, sure, 4) == (4, 4)  # a cheaper draft model: (1 + 0.2) / 7.3616 = 0.163 < 0.2
+    assert cheap.plan(4, sure, 4) == (4, 0)  # no room for it: the lead alone
+    # lookup tokens at a = 0.4 are not worth following: the draft model alone
+    assert d.plan(8, model({1: 1.0}, 0.0, [0.4] * 16), 4) == (0, 4)
+    # learning rounds draft at least `least`, within k
+    j, f = d.plan(4, sure, 4, least=1)
+    assert f >= 1 and j + f <= 4
+    # a compute-bound target where the draft model costs as much as it gains: the lead alone, or plain
+    slow = DraftLength(8, adaptive=True, cost=model({m: 0.7 + 0.3 * m for m in range(1, 18)}, 0.9, [0.5] * 16))
+    assert slow.plan(8, model({1: 1.0}, 0.0, [0.9] * 16), 3) == (3, 0)
+    assert slow.plan(8, model({1: 1.0}, 0.0, [0.2] * 16), 3) == (0, 0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(0.5, 3.0), min_size=9, max_size=9), st.floats(0.0, 1.0),
+       st.lists(st.floats(0.0, 1.0), min_size=8, max_size=8), st.lists(st.floats(0.0, 1.0), min_size=8, max_size=8),
+       st.integers(0, 8), st.integers(1, 8))
+def test_the_chosen_split_is_never_expected_slower_than_either_part_alone_or_plain(rel, draft_s, own_a, lead_a, n,
+                                                                                    k):
+    verify = {1: 1.0}
+    for m, r in enumerate(rel, 2):
+        verify[m] = max(verify[m - 1], r * (m - 1) ** 0.5)  # growing with the rows, any shape
+    d = DraftLength(8, adaptive=True, cost=model(verify, draft_s, own_a))
+    lead = model({1: 1.0}, 0.0, lead_a)
+    n = min(n, k)
+    j, f = d.plan(k, lead, n)
+    assert 0 <= j <= n and 0 <= f and j + f <= k
+    chosen = _round_cost(d, lead, j, f)
+    options = [_round_cost(d, lead, jj, ff) for jj in range(n + 1) for ff in range(k - jj + 1)]
+    assert chosen <= min(options) + 1e-12  # includes plain (0, 0), the lead alone (n, 0), the draft alone (0, f)
