@@ -23,7 +23,7 @@ from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 import edgespec
 
 sys.path.insert(0, str(Path(__file__).parent))
-from run import load_work, models_for  # noqa: E402
+from pairs import load_work, models_for  # noqa: E402
 
 
 def lcp_run(llm, tokens, max_tokens):

@@ -22,9 +22,10 @@ from collections import defaultdict
 from pathlib import Path
 
 import edgespec
+from edgespec.report import provenance
 
 sys.path.insert(0, str(Path(__file__).parent))
-from run import add_model_args, pair_of  # noqa: E402
+from pairs import add_model_args, pair_of  # noqa: E402
 
 HERE = Path(__file__).parent
 SOURCES = ("grammar", "lookup", "draft")
@@ -144,8 +145,9 @@ def main() -> None:
           "rounds' time. valid: speculative outputs that parse and validate. same: greedy outputs identical to plain)")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"target": str(target), "draft": str(draft), "args": vars(args),
-                                               "rows": rows}, indent=1))
+        record = provenance(" ".join([".venv/bin/python", *sys.argv]))
+        Path(args.json).write_text(json.dumps({**record, "target": str(target), "draft": str(draft),
+                                               "args": vars(args), "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from pathlib import Path
 import edgespec
 
 sys.path.insert(0, str(Path(__file__).parent))
-from run import load_work, models_for  # noqa: E402
+from pairs import load_work, models_for  # noqa: E402
 
 DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds")
 

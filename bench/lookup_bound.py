@@ -21,7 +21,7 @@ from edgespec.backend import Context, Model
 from edgespec.engine import Engine
 
 sys.path.insert(0, str(Path(__file__).parent))
-from run import load_work, models_for  # noqa: E402
+from pairs import load_work, models_for  # noqa: E402
 
 
 def oracle_time(prompt: list[int], out: list[int], t_verify, n_min: int, n_max: int, k_max: int) -> float:

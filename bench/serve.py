@@ -184,7 +184,7 @@ def main() -> None:
     args = parser.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
     sys.path.insert(0, str(ROOT / "bench"))
-    from run import load_work, models_for  # noqa: E402
+    from pairs import load_work, models_for  # noqa: E402
 
     prompts = [w["prompt"] for w in load_work(limit=args.prompts)][: args.prompts]  # categories interleaved
     folder = Path(os.environ.get("EDGESPEC_BENCH_MODELS") or Path.home() / ".cache" / "edgespec-bench")

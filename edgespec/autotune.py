@@ -14,6 +14,7 @@ from typing import Callable
 
 from . import benchmark, profile
 from .engine import Engine
+from .proposers import PromptLookupProposer
 from .tuning import CostModel, DraftLength
 
 FIXED_KS = (2, 4, 8)
@@ -65,6 +66,7 @@ class Tuned:
     rows: dict
     draft_entry: dict | None = None  # the draft model's costs and acceptance, as the profile keeps them
     draft_name: str | None = None
+    lookup_entry: dict | None = None
     decision: str = ""  # what the engine's adaptive policy will do from this profile
     breakeven: list[BreakEven] = field(default_factory=list)
     path: Path | None = None
@@ -95,15 +97,22 @@ def tune(engine: Engine, budget_s: float = 90.0, max_tokens: int = 48, lookup: b
         policy = DraftLength(engine.draft_max, True, cost)
         policy.seed(out.draft_entry)
         out.breakeven = break_even(cost, engine.draft_max)
-        d = policy.decide(engine.draft_max)
-        out.decision = (f"draft model: K={d.k} per round to start with (then adjusted by what each text shows)"
-                        if d.k else "draft model: no speculation (plain decoding, probing again now and then): "
-                        + d.why)
+        k, per_token = policy.cost.best_k(engine.draft_max)
+        out.decision = (f"draft model: K={policy.decide(engine.draft_max).k} per round to start with (then adjusted "
+                        "by what each text shows)" if not policy.standing_aside() else
+                        f"draft model: no speculation (plain decoding, probing again now and then): the best K={k} "
+                        f"expects {1000 * per_token:.1f} ms/token against {1000 * cost.t_verify(1):.1f} plain")
+    if "lookup" in rep.policies:  # its acceptance by match length, for the next process's first rounds
+        (lookup_policy,) = rep.policies["lookup"]
+        out.lookup_entry = lookup_policy.learned()
     if save:
         key = profile.key(engine.model.path, engine.target.n_threads, engine.model.n_gpu_layers)
         old = profile.load(key)
         proposers = dict(old.proposers) if old is not None else {}
         if out.draft_entry is not None:
             proposers[out.draft_name] = out.draft_entry
+        if out.lookup_entry is not None:
+            lookup = PromptLookupProposer()
+            proposers[profile.lookup_name(lookup.n_min, lookup.n_max)] = out.lookup_entry
         out.path = profile.save(key, rep.verify_curve, proposers)
     return out

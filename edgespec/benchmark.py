@@ -179,6 +179,7 @@ class Report:
     divergences: list = field(default_factory=list)
     skipped: list = field(default_factory=list)  # why an item was left out (a prompt longer than the context)
     interrupted: bool = False  # Ctrl-C after some items: the figures cover those
+    policies: dict = field(default_factory=dict)  # mode -> the draft-length policy of each part, as they ended
 
     def rows(self) -> dict:
         """mode -> category -> the figures (medians over repeats where a figure is per repeat)."""
@@ -275,11 +276,12 @@ def run(engine: Engine, modes: Sequence[str], items: Sequence[Item], max_tokens:
     # Timed before any adaptive mode runs, so no mode times it (or saves it) on its own.
     curves = [engine.calibrate(range(1, 17)) for _ in range(calibrations)]
     report.verify_curve = {m: statistics.median(c[m] for c in curves) for m in curves[0]}
+    for mode in modes:  # the first call of each batch shape allocates: keep it out of the numbers
+        strategies.generate(mode, warm, 8)
+    strategies.by_mode.clear()  # ... and what the warm-up taught the policies out of the figures
     adaptive = [m for m in modes if ":" not in m and m != "plain"]
     if use_profile:
         engine.use_profile([strategies.proposer(m) for m in adaptive], curve=False)
-    for mode in modes:  # the first call of each batch shape allocates: keep it out of the numbers
-        strategies.generate(mode, warm, 8)
     total, done, t0 = len(items) * repeats, 0, time.perf_counter()
     try:
         for rep in range(repeats):
@@ -292,7 +294,7 @@ def run(engine: Engine, modes: Sequence[str], items: Sequence[Item], max_tokens:
                                           f"does not fit the context of {engine.target.n_ctx}")
                     done += 1
                     continue
-                if fresh:  # after the warm-up calls too: nothing learned on another text carries over
+                if fresh and done:  # nothing learned on another text carries over
                     strategies.by_mode.clear()
                     if use_profile:
                         engine.use_profile([strategies.proposer(m) for m in adaptive], curve=False)
@@ -321,6 +323,7 @@ def run(engine: Engine, modes: Sequence[str], items: Sequence[Item], max_tokens:
         raise EdgespecError(f"no prompt of the workload fits the context of {engine.target.n_ctx} tokens with "
                             f"{max_tokens} to write; raise --ctx-size")
     report.peak_rss_mb = peak_rss_mb()
+    report.policies = {mode: [engine.policy(part) for part in parts(p)] for mode, p in strategies.by_mode.items()}
     return report
 
 

@@ -4,7 +4,11 @@ each part hears back after verification. The engine only asks a Chain for a prop
 A proposer may be a chain of parts (`proposer.parts`, e.g. the hybrid: prompt lookup, then the draft model). Each
 part has its own policy (tuning.DraftLength), fed its own costs and acceptance; in a round each part in turn
 proposes from where the earlier ones stopped, up to the round length its own policy wants. Policies belong to the
-engine (Drafting) and outlive a generation: what they learned carries across texts and per-call limits.
+engine (Drafting) and outlive a generation: what they learned carries across texts and per-call limits, and
+across processes through the machine's profile (profile.py: read at the start, added to at the close).
+
+Behind a free part (prompt lookup), a part that costs time (the draft model) plans the round by expected gain: how
+many of the free part's tokens to keep and how many of its own to add (DraftLength.plan).
 """
 from __future__ import annotations
 
@@ -15,7 +19,9 @@ from typing import Sequence
 
 import numpy as np
 
-from .proposers import EMPTY, DraftModelProposer, GrammarProposer, Proposal, Proposer
+from . import profile
+from .backend import common_prefix
+from .proposers import EMPTY, DraftModelProposer, GrammarProposer, PromptLookupProposer, Proposal, Proposer
 from .sampling import SamplingConfig
 from .stats import GenerationStats
 from .tuning import CostModel, Decision, DraftLength
@@ -41,12 +47,63 @@ class Drafting:
             self._policies[proposer] = DraftLength(self.draft_max, self.adaptive, shared)
         return self._policies[proposer]
 
+    def start_from(self, key: dict | None, proposers: Sequence[Proposer], curve: bool, notes: list[str]) -> bool:
+        """Start from the profile under `key`: its verify curve (unless curve=False) and, for each draft model or
+        prompt lookup among `proposers` (or their parts), its costs and acceptance. False where there is none for
+        exactly this key."""
+        known = profile.load(key, notes) if key is not None else None
+        if known is None:
+            return False
+        if curve:
+            for m, t in known.verify_s.items():
+                self.cost.observe_verify(m, t)
+        for part in (x for p in proposers for x in parts(p)):
+            name = _entry_name(part)
+            if name in known.proposers:
+                self.policy(part).seed(known.proposers[name])
+        return True
+
+    def remember(self, key: dict | None) -> None:
+        """Add what the proposers' policies learned to the profile under `key`, where there is one (its verify
+        curve stays as it was measured), so the next process starts from it."""
+        learned = self.learned()
+        known = profile.load(key) if key is not None and learned else None
+        if known is None:
+            return
+        entries = dict(known.proposers)
+        for name, entry in learned.items():
+            entries[name] = profile.merge(entries.get(name), entry)
+        profile.save(key, known.verify_s, entries)
+
+    def learned(self, min_rounds: int = 8) -> dict[str, dict]:
+        """What the policies of draft models and prompt lookup learned here (those with min_rounds of evidence), by
+        profile name; of several policies for one proposer, the one with the most evidence."""
+        out, evidence = {}, {}
+        for part, policy in list(self._policies.items()):
+            name, n = _entry_name(part), policy.cost.n_observed
+            if name is not None and n >= min_rounds and policy.cost.draft_round_s and n > evidence.get(name, 0):
+                out[name], evidence[name] = policy.learned(), n
+        return out
+
     def chain(self, proposer: Proposer | None, k_max: int | None, adaptive: bool | None,
               grammar: bool = False) -> "Chain | None":
         """This generation's chain (None: nothing proposes); k_max and adaptive: this call's limits (None: the
         policies' own). grammar: the output is constrained, so the tokens the grammar forces come first, free."""
         chain = ([self.grammar] if grammar else []) + list(parts(proposer) if proposer is not None else ())
         return Chain([_Link(p, self.policy(p)) for p in chain], k_max, adaptive) if chain else None
+
+
+def _entry_name(part: Proposer) -> str | None:
+    """A proposer's entry in the target's profile: a draft model's (by its file and settings), prompt lookup's; None
+    for others (or a draft file gone since)."""
+    if isinstance(part, PromptLookupProposer):
+        return profile.lookup_name(part.n_min, part.n_max)
+    if not isinstance(part, DraftModelProposer):
+        return None
+    try:
+        return profile.proposer_name(part.ctx.model.path, part.ctx.n_threads, part.ctx.model.n_gpu_layers)
+    except OSError:
+        return None
 
 
 @dataclass
@@ -57,6 +114,7 @@ class _Link:
     n: int = 0  # how many it proposed this round
     key: object = None
     seconds: float = 0.0
+    offered: list[int] | None = None  # all it proposed, where the round kept fewer (the planner stood it aside)
 
 
 class Chain:
@@ -64,6 +122,7 @@ class Chain:
         self.links = links
         self.k_max, self.adaptive = k_max, adaptive
         self._used: list[_Link] = []
+        self._aside: _Link | None = None  # a part whose offer the round cut: it learns from the verified tokens
 
     @property
     def measures(self) -> bool:
@@ -75,10 +134,17 @@ class Chain:
         """Whether a part has prompt work to do before it can propose (a draft model's cache)."""
         return any(isinstance(link.part, DraftModelProposer) for link in self.links)
 
-    def begin(self, seq: Sequence[int]) -> None:
+    def begin(self, seq: Sequence[int], start=None) -> None:
+        """A new text: each policy hears so, start() runs (the engine's costs, which a profile may seed the
+        policies with), then each part that will draft reads the prompt (one standing aside catches up if and
+        when it drafts)."""
         for link in self.links:
             link.policy.new_text()
-            link.part.begin(seq)
+        if start is not None:
+            start()
+        for link in self.links:
+            if not link.policy.standing_aside(self.adaptive):
+                link.part.begin(seq)
 
     def propose(self, seq: list[int], cap: int, sampling: SamplingConfig, rng: np.random.Generator,
                 stats: GenerationStats, guide=None) -> tuple[Proposal, str]:
@@ -86,7 +152,7 @@ class Chain:
         wants; returns the joint proposal and the decisions' reasons (for the round's record). With a guide, the
         parts draft under it (deterministic proposals are cut where the grammar forbids), and it is left as it
         was."""
-        self._used = []
+        self._used, self._aside = [], None
         if cap <= 0:
             return EMPTY, "fixed"
         tokens: list[int] = []
@@ -113,6 +179,7 @@ class Chain:
                     limit = decision.k if learning else min(cap, policy.k_max if self.k_max is None else self.k_max)
                     j, k = policy.plan(limit, lead.policy.keyed(lead.key), lead.n, least=int(learning))
                     if j < lead.n:
+                        lead.offered, self._aside = tokens[lead.start:lead.start + lead.n], lead
                         del tokens[j:], sources[j:], qs[j:]
                         lead.n = j
                         if pushed > j:
@@ -127,7 +194,8 @@ class Chain:
                 context = seq + tokens if tokens else seq
                 prop = link.part.propose(context, k, sampling, rng, guide=guide) if guide is not None else \
                     link.part.propose(context, k, sampling, rng)
-                link.seconds = time.perf_counter() - t0
+                # what drafting this many costs, without catching up on text decoded while the part stood aside
+                link.seconds = time.perf_counter() - t0 - getattr(link.part, "catch_up_s", 0.0)
                 n = len(prop.tokens)
                 if guide is not None and prop.q is None:
                     n = guide.allowed_prefix(prop.tokens)  # past that the target would reject them for certain
@@ -149,13 +217,24 @@ class Chain:
                 guide.pop(pushed)
         return Proposal(tokens, qs if sampled else None, sources), "+".join(reasons) or "fixed"
 
-    def accepted(self, n: int) -> None:
-        """n tokens of the round's proposal passed: each part that proposed hears its own share."""
+    def accepted(self, n: int, verified: Sequence[int] | None = None) -> None:
+        """n tokens of the round's proposal passed: each part that proposed hears its own share. verified: the
+        round's tokens as verification chose them (the n accepted, then the target's own); a part whose offer the
+        round cut learns from them how much of all it offered would have passed, so a proposer set aside for a
+        while still has its acceptance measured (exactly for greedy decoding; for sampling, a close estimate)."""
         for link in self._used:
             tested = n >= link.start  # every token before this part's passed
             passed = min(link.n, n - link.start) if tested else 0
             link.part.accepted(passed)
-            link.policy.observe(link.n, passed if tested else None, link.seconds, link.key)
+            if link is not self._aside or verified is None:
+                link.policy.observe(link.n, passed if tested else None, link.seconds, link.key)
+        aside = self._aside
+        if aside is not None and verified is not None:
+            offered, known = aside.offered, verified[aside.start:]
+            m = common_prefix(offered, known)
+            d = min(len(offered), len(known))
+            # a mismatch at m: positions 0..m tested, m failed; else all that could be compared passed
+            aside.policy.observe(len(offered) if m < d else d, m, aside.seconds, aside.key)
 
     def llama_seconds(self) -> float:
         return sum(link.part.llama_seconds() for link in self.links)

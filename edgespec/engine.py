@@ -228,9 +228,7 @@ class Engine:
                 if later and finish is None:
                     later = False
                     t0 = time.perf_counter()
-                    chain.begin(run.seq)
-                    if self._needs_costs(chain):
-                        self._start_costs(chain)
+                    chain.begin(run.seq, (lambda: self._start_costs(chain)) if self._needs_costs(chain) else None)
                     run.stats.prompt_s += time.perf_counter() - t0  # set-up, not generation
             tail = run.text.flush()
             run.stats.constraint_s = grammar.seconds + guide.mask_s if grammar is not None else 0.0
@@ -288,7 +286,7 @@ class Engine:
         # Keep seq[:-1] + seq[-1] + the accepted drafts: once nxt is appended, that is the new seq[:-1].
         self.target.truncate(len(seq) + n)
         if run.chain is not None:
-            run.chain.accepted(n)
+            run.chain.accepted(n, [*prop.tokens[:n], *([] if n == dead_end else [nxt])])
         emitted, finish = [], None
         chosen = [*zip(prop.tokens[:n], prop.sources[:n])] + ([] if n == dead_end else [(nxt, None)])
         for tok, source in chosen:
@@ -330,24 +328,10 @@ class Engine:
 
     def use_profile(self, proposers: Sequence[Proposer] = (), curve: bool = True) -> bool:
         """Start from this machine's profile of the target (profile.py): its verify curve (curve=False: not that),
-        and, for each draft model among `proposers` (or their parts), the step costs and acceptance `edgespec
-        tune` measured for it with this target. False where there is no profile for exactly this set-up."""
-        key = self._profile_key()
-        known = profile.load(key, self.notes) if key is not None else None
-        if known is None:
-            return False
-        if curve:
-            for m, t in known.verify_s.items():
-                self._cost.observe_verify(m, t)
-        for part in (x for p in proposers for x in parts(p)):
-            if isinstance(part, DraftModelProposer):
-                try:
-                    name = profile.proposer_name(part.ctx.model.path, part.ctx.n_threads, part.ctx.model.n_gpu_layers)
-                except OSError:
-                    continue
-                if name in known.proposers:
-                    self.policy(part).seed(known.proposers[name])
-        return True
+        and, for each draft model among `proposers` (or their parts), the step costs and acceptance measured for
+        it with this target (by `edgespec tune`, and by earlier engines as they closed). False where there is no
+        profile for exactly this set-up."""
+        return self._drafting.start_from(self._profile_key(), proposers, curve, self.notes)
 
     def _profile_key(self) -> dict | None:
         try:
@@ -376,13 +360,16 @@ class Engine:
     def _llama_seconds(self, run: "_Run") -> float:
         return self.target.llama_s + (run.chain.llama_seconds() if run.chain is not None else 0.0)
 
-    def close(self) -> None:
+    def close(self, remember: bool = True) -> None:
         """Free both models and their caches (waiting for a generation running in another thread to finish).
+        remember: first add what drafting learned to this machine's profile (benchmarks, which measure, do not).
         Using the engine afterwards raises EdgespecError."""
         if self.closed:
             return
         turn = self._turns.begin()
         try:
+            if remember:
+                self._drafting.remember(self._profile_key())
             self.closed = True
             if self.proposer is not None:
                 self.proposer.close()

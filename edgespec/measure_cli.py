@@ -102,7 +102,7 @@ def bench(modes, workload, categories, limit, skip, fresh, max_tokens, repeats, 
     try:
         rep = benchmark.run(engine, chosen, items, max_tokens, repeats, _progress(time.time()), diverged, fresh=fresh)
     finally:
-        engine.close()
+        engine.close(remember=False)
     rows = rep.rows()
     click.echo(f"\n{name}, {max_tokens} tokens x {len(items)} prompts x {repeats}" + (", fresh" if fresh else "")
                + (" (interrupted: the figures cover the prompts measured before Ctrl-C)" if rep.interrupted else ""))
@@ -158,7 +158,7 @@ def tune(lookup, seconds, max_tokens, **opts) -> None:
         with bar:
             tuned = autotune.tune(engine, seconds, max_tokens, lookup, progress)
     finally:
-        engine.close()
+        engine.close(remember=False)
         for note in engine.notes:
             click.echo(f"edgespec: note: {note}", err=True)
     _print_tuned(tuned)

@@ -1,7 +1,8 @@
 """What this machine measured about a model, kept between processes: the verify curve T_v(m) (seconds for a target
 decode of m rows), so a new process with a draft starts from it instead of timing the target again before its
 first token; and, where `edgespec tune` measured them, each draft model's step costs and acceptance by position
-with this target, so a new process's first prompt starts from what was learned before.
+with this target, and prompt lookup's acceptance by match length (an engine adds what it learned when it closes),
+so a new process's first prompt starts from what was learned before.
 
 One small versioned JSON file per (machine, llama.cpp build, model file, threads, GPU layers) in the user's cache
 directory ($EDGESPEC_PROFILES, else $EDGESPEC_HOME/profiles, else ~/.cache/edgespec/profiles). A profile whose key
@@ -61,9 +62,15 @@ def path_of(k: dict) -> Path:
 @dataclass
 class Profile:
     verify_s: dict[int, float]  # m rows -> seconds of one target decode
-    # per proposer (proposer_name()): {"draft_round_s": {n: seconds}, "reached": [...], "accepted": [...]}
+    # per proposer (proposer_name(), lookup_name()): {"draft_round_s": {n: seconds}, "reached": [...],
+    # "accepted": [...], "by_key": {kind: {"reached": [...], "accepted": [...]}}}
     proposers: dict[str, dict] = field(default_factory=dict)
     measured: str = ""
+
+
+def lookup_name(n_min: int, n_max: int) -> str:
+    """Prompt lookup's entry in a target's profile (its acceptance depends on the target and its n-gram sizes)."""
+    return f"lookup {n_min}-{n_max}"
 
 
 def proposer_name(model_path: str, n_threads: int, n_gpu_layers: int) -> str:
@@ -97,14 +104,39 @@ def load(k: dict, notes: list[str] | None = None) -> Profile | None:
     return None
 
 
+def _counts(entry: dict) -> dict:
+    out = {"reached": [float(x) for x in entry.get("reached", [])],
+           "accepted": [float(x) for x in entry.get("accepted", [])]}
+    if len(out["reached"]) != len(out["accepted"]) or any(not 0 <= a <= r for a, r in zip(out["accepted"],
+                                                                                          out["reached"])):
+        raise ValueError("inconsistent acceptance counts")
+    return out
+
+
 def _proposer(entry: dict) -> dict:
     out = {"draft_round_s": {int(n): float(s) for n, s in entry.get("draft_round_s", {}).items()},
-           "reached": [float(x) for x in entry.get("reached", [])],
-           "accepted": [float(x) for x in entry.get("accepted", [])]}
-    if (len(out["reached"]) != len(out["accepted"]) or any(s <= 0 for s in out["draft_round_s"].values())
-            or any(not 0 <= a <= r for a, r in zip(out["accepted"], out["reached"]))):
-        raise ValueError("inconsistent proposer entry")
+           **_counts(entry), "by_key": {str(k): _counts(c) for k, c in (entry.get("by_key") or {}).items()}}
+    if any(s <= 0 for s in out["draft_round_s"].values()):
+        raise ValueError("impossible draft costs")
     return out
+
+
+def merge(old: dict | None, new: dict, keep: float = 0.5) -> dict:
+    """A proposer entry updated by a later run: its draft costs where it measured them, and its acceptance counts
+    (by position, and by kind of proposal) added to the earlier ones weighed by `keep`, so old evidence fades and
+    the file's counts stay bounded."""
+    if old is None:
+        return new
+
+    def counts(a: dict, b: dict) -> dict:
+        n = max(len(a["reached"]), len(b["reached"]))
+        pad = [0.0] * n
+        return {f: [keep * x + y for x, y in zip((a[f] + pad)[:n], (b[f] + pad)[:n])] for f in ("reached", "accepted")}
+
+    empty = {"reached": [], "accepted": []}
+    old_keys, new_keys = old.get("by_key", {}), new.get("by_key", {})
+    return {"draft_round_s": {**old["draft_round_s"], **new["draft_round_s"]}, **counts(old, new),
+            "by_key": {k: counts(old_keys.get(k, empty), new_keys.get(k, empty)) for k in {**old_keys, **new_keys}}}
 
 
 def save(k: dict, verify_s: dict[int, float], proposers: dict[str, dict] | None = None) -> Path | None:
@@ -112,7 +144,7 @@ def save(k: dict, verify_s: dict[int, float], proposers: dict[str, dict] | None 
     path = path_of(k)
     data = {"key": k, "verify_s": {str(m): s for m, s in sorted(verify_s.items())},
             "proposers": {n: {"draft_round_s": {str(m): s for m, s in sorted(e["draft_round_s"].items())},
-                              "reached": e["reached"], "accepted": e["accepted"]}
+                              "reached": e["reached"], "accepted": e["accepted"], "by_key": e.get("by_key", {})}
                           for n, e in (proposers or {}).items()},
             "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     try:

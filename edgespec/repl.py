@@ -217,6 +217,9 @@ class Repl:
                 self.say("(the context is full; older messages will leave the model's window next turn)")
             self.last = result.stats
             self.session.add(result.stats)
+        for note in self.engine.notes:  # e.g. a profile ignored at the first drafted reply
+            self.say(f"note: {note}")
+        self.engine.notes.clear()
         self.conv.add("assistant", "".join(out))
 
     def unsaved(self) -> bool:

@@ -35,6 +35,7 @@ def tables(report: Report, rows: dict) -> str:
                    f"{r['prompts']:<3}{acc:>7}{r['mean_accepted_length']:>8.2f}{r['tokens_per_round']:>8.2f}"
                    + "".join(f"{r['phase_ms_per_round'][p]:>8.1f}" for p in PHASES)
                    + f"{100 * r['python_share']:>5.1f}%{r['ttft_ms']:>6.0f}ms{r['end_to_end_tok_s']:>8.1f}  {pos}")
+    out += _against_parts(rows, cats)
     curve = report.verify_curve
     if curve:
         one = curve[min(curve)]
@@ -46,17 +47,42 @@ def tables(report: Report, rows: dict) -> str:
     return "\n".join(out)
 
 
-def record(report: Report, rows: dict, settings: dict) -> dict:
-    """The JSON a run leaves behind: what produced it (command, versions, machine, date) and every figure."""
+def _against_parts(rows: dict, cats: list[str]) -> list[str]:
+    """Per category: the adaptive draft model over its best fixed K, and the hybrid over the better of its parts."""
+    fixed = [m for m in rows if m.startswith("draft:")]
+    columns = {}
+    if "draft" in rows and fixed:
+        columns["draft / best draft:K"] = lambda c: (rows["draft"][c]["speedup"],
+                                                     max(rows[m][c]["speedup"] for m in fixed))
+    if {"hybrid", "draft", "lookup"} <= set(rows):
+        columns["hybrid / better of draft, lookup"] = lambda c: (rows["hybrid"][c]["speedup"],
+                                                                 max(rows["draft"][c]["speedup"],
+                                                                     rows["lookup"][c]["speedup"]))
+    if not columns:
+        return []
+    out = ["", "adaptive against its parts (a ratio of speedups; >= 1.00: at least as fast)",
+           f"{'category':<15}" + "".join(f"{name:>34}" for name in columns)]
+    for c in cats:
+        if all(c in r for r in rows.values()):
+            out.append(f"{c:<15}" + "".join(f"{a / b:>34.2f}" for a, b in (f(c) for f in columns.values())))
+    return out
+
+
+def provenance(command: str | None = None) -> dict:
+    """What produced a result: the command, date, edgespec and llama.cpp versions and build, the machine."""
     from . import __version__
     from .backend import system_info
     from .profile import cpu
 
-    return {"command": " ".join(["edgespec", *sys.argv[1:]]) if sys.argv else "edgespec bench",
-            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "edgespec": __version__, "build": system_info(),
-            "python": platform.python_version(), "machine": {"cpu": cpu(), "cores": os.cpu_count(),
-                                                               "system": platform.platform()},
-            "settings": settings, "verify_curve_s": {str(m): t for m, t in sorted(report.verify_curve.items())},
+    command = command or (" ".join(["edgespec", *sys.argv[1:]]) if sys.argv else "edgespec bench")
+    return {"command": command, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "edgespec": __version__,
+            "build": system_info(), "python": platform.python_version(),
+            "machine": {"cpu": cpu(), "cores": os.cpu_count(), "system": platform.platform()}}
+
+
+def record(report: Report, rows: dict, settings: dict) -> dict:
+    """The JSON a run leaves behind: what produced it (command, versions, machine, date) and every figure."""
+    return {**provenance(), "settings": settings, "verify_curve_s": {str(m): t for m, t in sorted(report.verify_curve.items())},
             "peak_rss_mb": report.peak_rss_mb, "rows": rows, "divergences": report.divergences,
             "skipped": report.skipped, "interrupted": report.interrupted}
 

@@ -127,6 +127,17 @@ class CostModel:
         return best, best_cost
 
 
+def _seed_counts(c: CostModel, counts: dict, weight: float) -> bool:
+    """Acceptance counts by position from an earlier run, scaled to be worth at most `weight` rounds."""
+    reached = counts["reached"]
+    if not reached or reached[0] <= 0:
+        return False
+    f = min(1.0, weight / reached[0])
+    c.reached = [r * f for r in reached]
+    c.accepted = [a * f for a in counts["accepted"]]
+    return True
+
+
 def _interpolate(table: dict[int, float], x: int) -> float | None:
     """table[x] if measured, else linear between the nearest measured neighbours (extrapolated past the ends)."""
     if x in table:
@@ -184,12 +195,13 @@ class DraftLength:
 
     def new_text(self, forget: float = 0.5) -> None:
         """A new generation. Acceptance depends on the text: what the last one showed counts `forget` as much.
-        Costs belong to the machine and carry over, and so does a fallback's backoff; but a text begun in a
-        fallback is probed at once, while the draft model has just read its prompt (a probe later in the text
-        first catches up on everything it skipped)."""
+        Costs belong to the machine and carry over, and so does a fallback's backoff. A text begun in a fallback
+        near break-even is probed at once, while the draft model has just read its prompt (a probe later in the
+        text first catches up on everything it skipped); after a probe confirmed the verdict, the wait goes on
+        across texts, and the proposer stands aside (standing_aside: it does not even read the prompts)."""
         for c in (self.cost, *self.by_key.values()):
             c.forget(forget)
-        if self._plain_left > 0:
+        if self._plain_left > 0 and not self._failed_probes:
             self._plain_left = 1
 
     def decide(self, cap: int, k_max: int | None = None, adaptive: bool | None = None) -> Decision:
@@ -221,8 +233,7 @@ class DraftLength:
             # Near break-even the estimate may be wrong either way: probe again soon. Far behind: wait longer, and
             # twice as long after each probe that did not change the verdict.
             self._failed_probes = self._failed_probes + 1 if probed else 0
-            wait = max(4, min(self.fallback_rounds, int(self.fallback_rounds * (ratio - self.margin) / 0.3)))
-            self._plain_left = min(self.max_wait, wait * 2 ** self._failed_probes)
+            self._plain_left = self._wait(ratio)
             self.fallbacks += 1
             why = (f"best K={k} expects {1000 * per_token:.1f} ms/token (acceptance "
                    f"{self.cost.acceptance(0):.2f} at position 1) vs {1000 * plain:.1f} ms/token plain; "
@@ -236,6 +247,14 @@ class DraftLength:
             return Decision(k + 1, "explore")
         return Decision(k, "cost")
 
+    def _wait(self, ratio: float) -> int:
+        wait = max(4, min(self.fallback_rounds, int(self.fallback_rounds * (ratio - self.margin) / 0.3)))
+        return min(self.max_wait, wait * 2 ** self._failed_probes)
+
+    def standing_aside(self, adaptive: bool | None = None) -> bool:
+        """In a fallback that goes on past the next round: the proposer has nothing to do, not even read a prompt."""
+        return (self.adaptive if adaptive is None else adaptive) and self._plain_left > 1
+
     @property
     def free(self) -> bool:
         """Proposing costs under free_share of a plain target step (measured): ask for all, keep what pays."""
@@ -248,16 +267,31 @@ class DraftLength:
     def seed(self, measured: dict, weight: float = 8.0) -> None:
         """Start from what an earlier run measured for this proposer (profile.py, from `edgespec tune`): its draft
         round costs, and its acceptance by position worth at most `weight` rounds, so the text at hand soon
-        outweighs it. The warm-up rounds are skipped: they would measure what is known."""
+        outweighs it. The warm-up rounds are skipped: they would measure what is known. Where those figures say
+        drafting does not pay (by the margin), the policy starts in a fallback, as after a probe that said so."""
         c = self.cost
         for n, s in sorted(measured["draft_round_s"].items()):
             c.observe_draft(n, s)
-        reached = measured["reached"]
-        if reached and reached[0] > 0:
-            f = min(1.0, weight / reached[0])
-            c.reached = [r * f for r in reached]
-            c.accepted = [a * f for a in measured["accepted"]]
+        for key, counts in measured.get("by_key", {}).items():  # e.g. a lookup's acceptance per match length
+            _seed_counts(self.keyed(key), counts, weight)
+        if _seed_counts(c, measured, weight):
             c.n_observed = max(c.n_observed, self.warm_up_rounds)
+            plain = c.t_verify(1)
+            per_token = c.best_k(self.k_max)[1] if self.k_max > 0 and not self._costs_nothing() else None
+            if self.adaptive and plain and per_token is not None and per_token / plain >= self.margin:
+                # What was measured before says drafting does not pay here: start as after a probe that said so,
+                # so a new process does no draft work (not even reading its prompt) before the wait is over.
+                self._failed_probes = 1
+                self._plain_left = self._wait(per_token / plain)
+
+    def learned(self) -> dict:
+        """What this policy measured, as a profile entry (profile.py): draft round costs, acceptance by position,
+        and acceptance by kind of proposal (a lookup's match length)."""
+        c = self.cost
+        return {"draft_round_s": {n: t for n, t in c.draft_round_s.items() if t > 0},
+                "reached": list(c.reached), "accepted": list(c.accepted),
+                "by_key": {str(k): {"reached": list(m.reached), "accepted": list(m.accepted)}
+                           for k, m in self.by_key.items() if m.reached and m.reached[0] > 0}}
 
     def keyed(self, key: object) -> CostModel:
         """The acceptance estimates for proposals of this kind (None: all of them together)."""

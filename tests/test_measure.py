@@ -57,6 +57,10 @@ def test_a_users_workload(tmp_path):
         benchmark.read_jsonl(path)
     with pytest.raises(InvalidArgument, match="no category nope"):
         benchmark.select(items, ["nope"])
+    math = [it for it in benchmark.builtin() if it.category == "math"]
+    assert benchmark.select(benchmark.builtin(), ["math"], skip=5) == math[5:]  # the first 5 left out
+    with pytest.raises(InvalidArgument, match="leaves no prompt"):
+        benchmark.select(items, skip=1)
 
 
 def test_modes():
@@ -86,6 +90,22 @@ def test_bench_command_on_the_tiny_pair(tiny_pair, tmp_path):
         assert o["ttft_ms"] > 0 and o["end_to_end_tok_s"] > 0 and o["ms_per_token"] > 0
     assert data["rows"]["draft:3"]["overall"]["acceptance_by_position"]
     assert len(data["verify_curve_s"]) == 16 and png.stat().st_size > 10_000
+
+
+def test_bench_fresh_starts_every_prompt_anew(tiny_pair, profiles, monkeypatch):
+    seeded = []
+    real = edgespec.Engine.use_profile
+
+    def counting(self, proposers=(), curve=True):
+        seeded.append(len(proposers))
+        return real(self, proposers, curve)
+
+    monkeypatch.setattr(edgespec.Engine, "use_profile", counting)
+    items = benchmark.select(benchmark.builtin(), ["code_edit", "math"], limit=1, skip=1)
+    with edgespec.Engine.load(tiny_pair[0], draft=tiny_pair[1], n_ctx=2048, n_threads=2) as e:
+        rep = benchmark.run(e, ["plain", "draft", "hybrid"], items, max_tokens=8, fresh=True)
+    assert seeded == [2, 2]  # at the start (the first prompt), then for each later one: new proposers and policies
+    assert rep.rows()["hybrid"]["overall"]["prompts"] == 2
 
 
 def test_bench_refuses_bad_input_in_one_line(tiny_pair, tmp_path):
@@ -128,7 +148,8 @@ def test_tune_writes_a_profile_the_next_engine_starts_from(tiny_pair, profiles):
     assert set(t.measured) == {"plain", "draft:2", "draft:4", "lookup"} and t.choice in t.measured
     assert t.draft_entry["reached"] and t.decision
     known = profile.load(profile.key(str(tiny_pair[0]), 2, 0))
-    assert list(known.proposers) == [t.draft_name] and len(known.verify_s) == 16
+    assert set(known.proposers) == {t.draft_name, "lookup 2-4"} and len(known.verify_s) == 16
+    assert known.proposers["lookup 2-4"] == t.lookup_entry and t.lookup_entry["draft_round_s"]
     with edgespec.Engine.load(tiny_pair[0], draft=tiny_pair[1], n_ctx=4096, n_threads=2, draft_max=4) as e:
         r = e.generate(e.tokenize("the cat sat on the"), max_tokens=16)
         assert e.costs_from == "profile"

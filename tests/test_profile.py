@@ -54,9 +54,11 @@ def test_a_foreign_profile_is_ignored_with_a_note(profiles, tiny_pair):
 def test_draft_costs_and_acceptance_round_trip(profiles, tiny_pair):
     k = profile.key(str(tiny_pair[0]), 2, 0)
     name = profile.proposer_name(str(tiny_pair[1]), 2, 0)
-    entry = {"draft_round_s": {2: 0.004, 4: 0.007}, "reached": [10.0, 8.0], "accepted": [8.0, 5.0]}
-    profile.save(k, {1: 0.01, 2: 0.012}, {name: entry})
-    assert profile.load(k).proposers == {name: entry}
+    entry = {"draft_round_s": {2: 0.004, 4: 0.007}, "reached": [10.0, 8.0], "accepted": [8.0, 5.0], "by_key": {}}
+    lookup = {"draft_round_s": {3: 1e-5}, "reached": [6.0], "accepted": [3.0],
+              "by_key": {"lookup:2": {"reached": [4.0, 2.0], "accepted": [2.0, 1.0]}}}
+    profile.save(k, {1: 0.01, 2: 0.012}, {name: entry, profile.lookup_name(2, 4): lookup})
+    assert profile.load(k).proposers == {name: entry, "lookup 2-4": lookup}
     assert name != profile.proposer_name(str(tiny_pair[1]), 1, 0)  # other threads: another entry
 
 
@@ -85,3 +87,45 @@ def test_an_unwritable_cache_changes_nothing(tmp_path, monkeypatch, tiny_pair):
         r = e.generate(e.tokenize("abc"), max_tokens=4)
         assert e.costs_from == "measured" and r.finish_reason in ("length", "stop")
     assert not os.path.exists(blocker / "profiles")
+
+
+def test_merge_fades_the_old_counts_and_keeps_the_newer_costs():
+    old = {"draft_round_s": {2: 0.004, 4: 0.008}, "reached": [10.0, 6.0], "accepted": [8.0, 3.0],
+           "by_key": {"a": {"reached": [2.0], "accepted": [2.0]}}}
+    new = {"draft_round_s": {4: 0.006}, "reached": [4.0, 4.0, 2.0], "accepted": [4.0, 2.0, 1.0],
+           "by_key": {"b": {"reached": [1.0], "accepted": [0.0]}}}
+    assert profile.merge(old, new) == {"draft_round_s": {2: 0.004, 4: 0.006}, "reached": [9.0, 7.0, 2.0],
+                                       "accepted": [8.0, 3.5, 1.0],
+                                       "by_key": {"a": {"reached": [1.0], "accepted": [1.0]},
+                                                  "b": {"reached": [1.0], "accepted": [0.0]}}}
+    assert profile.merge(None, new) == new
+
+
+def test_an_engine_adds_what_it_learned_to_the_profile_when_it_closes(profiles, tiny_pair):
+    k = profile.key(str(tiny_pair[0]), 2, 0)
+    name = profile.proposer_name(str(tiny_pair[1]), 2, 0)
+    e = edgespec.Engine.load(tiny_pair[0], draft=tiny_pair[1], n_ctx=512, n_threads=2)
+    e.generate(e.tokenize("the cat sat on the mat. the cat sat on the"), max_tokens=40, draft_max=3, adaptive=False)
+    assert e.costs_from is None and profile.load(k) is None  # fixed K: no curve needed, so no profile yet
+    e.close()
+    assert profile.load(k) is None  # nothing to add to: only an existing profile is updated
+    profile.save(k, {1: 0.01, 2: 0.012})
+    e = edgespec.Engine.load(tiny_pair[0], draft=tiny_pair[1], n_ctx=512, n_threads=2)
+    r = e.generate(e.tokenize("the cat sat on the mat. the cat sat on the"), max_tokens=40, draft_max=3,
+                   adaptive=False)
+    e.close(remember=False)  # a benchmark measures; it does not teach
+    assert profile.load(k).proposers == {}
+    e = edgespec.Engine.load(tiny_pair[0], draft=tiny_pair[1], n_ctx=512, n_threads=2)
+    r = e.generate(e.tokenize("the cat sat on the mat. the cat sat on the"), max_tokens=40, draft_max=3,
+                   adaptive=False)
+    assert r.stats.n_rounds >= 8
+    e.close()
+    known = profile.load(k)
+    entry = known.proposers[name]
+    assert known.verify_s == {1: 0.01, 2: 0.012}  # the curve stays as measured
+    assert entry["draft_round_s"][3] > 0 and entry["reached"][0] > 0
+    assert entry["accepted"][0] <= entry["reached"][0]
+    seeded = edgespec.Engine.load(tiny_pair[0], draft=tiny_pair[1], n_ctx=512, n_threads=2)
+    assert seeded.use_profile([seeded.proposer])
+    assert seeded.policy(seeded.proposer).cost.draft_round_s  # the next engine starts from it
+    seeded.close(remember=False)

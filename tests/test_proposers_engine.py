@@ -175,3 +175,21 @@ def test_sampled_first_two_tokens_follow_the_target_with_the_adaptive_chain(tiny
     e.close()
     assert any(why.startswith("free+") for why in reasons)  # lookup free, the draft model by its own costs
     assert_follows(counts, np.array([joint[o] for o in outcomes]))
+
+
+def test_catching_up_is_not_counted_as_the_cost_of_drafting(tiny_pair):
+    # After plain rounds (a fallback, lookup drafting alone) the draft model first reads the text it skipped: the
+    # price of having stood aside, kept out of what its policy learns a drafted length costs.
+    from edgespec.backend import Context, Model
+    from edgespec.proposers import DraftModelProposer
+
+    t, d = Model(tiny_pair[0]), Model(tiny_pair[1])
+    draft = DraftModelProposer(Context(d, 1024), t.n_vocab)
+    seq = t.tokenize("the cat sat on the mat and the dog sat on the log")
+    assert len(seq) > 9
+    prop = draft.propose(seq, 3, edgespec.GREEDY, np.random.default_rng(0))
+    assert draft.catch_up_s > 0  # read the whole text first
+    draft.propose([*seq, *prop.tokens[:2], 7], 3, edgespec.GREEDY, np.random.default_rng(0))
+    assert draft.catch_up_s == 0.0  # a round behind: part of drafting
+    draft.close()
+    t.close()

@@ -86,10 +86,36 @@ def test_fallback_when_even_the_best_k_loses_to_plain_and_probe_later():
     d.observe(1, 0, 0.04)
     assert waits == ["fallback"] * 63 + ["probe"] and "128 rounds" in d.decide(100).why
     assert d.decide(100).reason == "fallback"
-    d.new_text()  # a new text is probed at once (the draft model has just read its prompt) ...
+    left = d._plain_left
+    d.new_text()  # after probes that confirmed the verdict, the wait goes on across texts ...
+    assert d.standing_aside() and not d.standing_aside(adaptive=False)  # ... with no prompt to read
+    assert d.decide(100).reason == "fallback" and d._plain_left == left - 1
+    for _ in range(left - 2):
+        d.decide(100)
     assert d.decide(100).reason == "probe"
     d.observe(1, 0, 0.04)
     assert "256 rounds" in d.decide(100).why and d.fallbacks == 4  # ... and the backoff carries over
+
+
+def test_a_new_text_is_probed_at_once_after_a_fallback_near_break_even():
+    # best K=1 at (0.1 + 0.02) / 1.2 = 0.1 s/token: 1.0x plain, just short of the 8% margin
+    d = DraftLength(8, adaptive=True, cost=model({m: 0.1 for m in range(1, 18)}, 0.02, [0.2] + [0.0] * 15))
+    assert d.decide(100).reason == "fallback" and d.standing_aside()
+    d.new_text()  # the draft model reads the new prompt and drafts at once: the new text may suit it
+    assert not d.standing_aside() and d.decide(100).reason == "probe"
+
+
+def test_a_profile_that_says_drafting_does_not_pay_starts_in_a_fallback():
+    verify = {m: 0.1 * (1 + 0.6 * (m - 1)) for m in range(1, 18)}  # compute-bound
+    poor = {"draft_round_s": {1: 0.04, 4: 0.16}, "reached": [20.0, 6.0], "accepted": [6.0, 2.0]}
+    d = DraftLength(8, adaptive=True, cost=model(verify, None, []))
+    d.cost.reached, d.cost.accepted, d.cost.n_observed = [], [], 0
+    d.seed(poor)
+    assert d.standing_aside() and d.decide(100).reason == "fallback"  # no draft work in a fresh process
+    good = {"draft_round_s": {1: 0.01, 4: 0.04}, "reached": [20.0, 18.0, 16.0, 14.0], "accepted": [18.0, 16.0, 14.0, 12.0]}
+    d = DraftLength(8, adaptive=True, cost=CostModel(verify_s={m: 0.1 for m in range(1, 18)}))
+    d.seed(good)
+    assert not d.standing_aside() and d.decide(100).reason == "cost"
 
 
 def test_a_new_text_weighs_the_last_texts_acceptance_by_half():

@@ -1,6 +1,7 @@
 """Draft with a small model of the same vocabulary, K tokens one at a time."""
 from __future__ import annotations
 
+import time
 from typing import Sequence
 
 import numpy as np
@@ -10,9 +11,18 @@ from ..sampling import SamplingConfig, probabilities, sample
 from . import Proposal
 
 
+# A round leaves the draft's cache at most a round's tokens behind (one, drafting alone; what an earlier part of a
+# chain proposed, at most a round). Reading more is catching up on text decoded while this proposer stood aside.
+ROUND_BEHIND = 8
+
+
 class DraftModelProposer:
     def __init__(self, ctx: Context, target_n_vocab: int, p_min: float = 0.0) -> None:
         self.ctx = ctx
+        # Seconds the last propose() spent catching up on text decoded while it stood aside (plain rounds, a
+        # fallback, rounds an earlier part of a chain drafted alone): the price of having stood aside, not of
+        # drafting, so the draft-length policy leaves it out of what a drafted length costs.
+        self.catch_up_s = 0.0
         self.n_vocab = target_n_vocab  # q rows are cut or padded to the target's vocab so p - q lines up
         self.p_min = p_min  # stop drafting when the draft's own top probability falls below this (0 = never)
 
@@ -25,7 +35,9 @@ class DraftModelProposer:
         k = min(k, self.ctx.n_ctx - len(seq) + 1)  # seq plus k-1 drafted tokens must fit in the draft's cache
         if k <= 0:
             return Proposal([])
-        self.ctx.sync(seq[:-1])  # seq[-1] is decoded afresh each round: its logits start the draft
+        t0 = time.perf_counter()
+        behind = self.ctx.sync(seq[:-1])  # seq[-1] is decoded afresh each round: its logits start the draft
+        self.catch_up_s = time.perf_counter() - t0 if behind > ROUND_BEHIND else 0.0
         logits = self.ctx.decode(seq[-1:], [0])[0]
         tokens: list[int] = []
         qs: list[np.ndarray] = []

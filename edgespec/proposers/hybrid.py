@@ -1,9 +1,10 @@
 """Prompt lookup first; the draft model fills what is left of the round.
 
 The engine runs the two as a chain (`parts`), each with its own draft-length policy: lookup, free to ask, offers
-its match and keeps as much as its acceptance for matches of that length pays for; the draft model then fills up to
-the round length its own costs call for (none, where drafting does not pay). propose() here is the same chain
-with a fixed budget, for callers that drive a proposer by hand.
+its match; the draft model's policy then keeps j of lookup's tokens and drafts f of its own after them, whichever
+split (lookup alone, the draft model alone, both, or neither) is expected to cost least per token, from the
+acceptance measured for each (lookup's by match length). propose() here is the same chain with a fixed budget, for
+callers that drive a proposer by hand.
 """
 from __future__ import annotations
 
