@@ -98,10 +98,11 @@ def tune(engine: Engine, budget_s: float = 90.0, max_tokens: int = 48, lookup: b
         policy.seed(out.draft_entry)
         out.breakeven = break_even(cost, engine.draft_max)
         k, per_token = policy.cost.best_k(engine.draft_max)
-        out.decision = (f"draft model: K={policy.decide(engine.draft_max).k} per round to start with (then adjusted "
-                        "by what each text shows)" if not policy.standing_aside() else
-                        f"draft model: no speculation (plain decoding, probing again now and then): the best K={k} "
-                        f"expects {1000 * per_token:.1f} ms/token against {1000 * cost.t_verify(1):.1f} plain")
+        start = 0 if policy.standing_aside() else policy.decide(engine.draft_max).k
+        out.decision = (f"draft model: K={start} per round to start with (then adjusted by what each text shows)"
+                        if start else "draft model: no speculation (plain decoding, probing again now and then): "
+                        f"the best K={k} expects {1000 * per_token:.1f} ms/token against "
+                        f"{1000 * cost.t_verify(1):.1f} plain")
     if "lookup" in rep.policies:  # its acceptance by match length, for the next process's first rounds
         (lookup_policy,) = rep.policies["lookup"]
         out.lookup_entry = lookup_policy.learned()

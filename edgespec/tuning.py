@@ -183,6 +183,7 @@ class DraftLength:
         self._declined: dict[object, int] = {}
         self.fallback_rounds = fallback_rounds  # plain rounds before probing again, when drafting is far behind
         self.margin = margin  # speculate only if expected to cost under margin * a plain token
+        self.clearly_behind = 1.1  # a profile expecting drafting this much slower than plain starts in a fallback
         self.probe_k = probe_k  # warm-up rounds draft this many, to learn acceptance past position 1
         self.max_wait = 512  # the longest fallback, after repeated failed probes
         self._plain_left = 0
@@ -268,7 +269,7 @@ class DraftLength:
         """Start from what an earlier run measured for this proposer (profile.py, from `edgespec tune`): its draft
         round costs, and its acceptance by position worth at most `weight` rounds, so the text at hand soon
         outweighs it. The warm-up rounds are skipped: they would measure what is known. Where those figures say
-        drafting does not pay (by the margin), the policy starts in a fallback, as after a probe that said so."""
+        drafting clearly does not pay, the policy starts in a fallback, as after a probe that said so."""
         c = self.cost
         for n, s in sorted(measured["draft_round_s"].items()):
             c.observe_draft(n, s)
@@ -278,9 +279,10 @@ class DraftLength:
             c.n_observed = max(c.n_observed, self.warm_up_rounds)
             plain = c.t_verify(1)
             per_token = c.best_k(self.k_max)[1] if self.k_max > 0 and not self._costs_nothing() else None
-            if self.adaptive and plain and per_token is not None and per_token / plain >= self.margin:
-                # What was measured before says drafting does not pay here: start as after a probe that said so,
-                # so a new process does no draft work (not even reading its prompt) before the wait is over.
+            if self.adaptive and plain and per_token is not None and per_token / plain >= self.clearly_behind:
+                # What was measured before says drafting clearly does not pay here (near break-even a new text may
+                # differ: that is decided by the text's own rounds): start as after a probe that said so, so a new
+                # process does no draft work (not even reading its prompt) before the wait is over.
                 self._failed_probes = 1
                 self._plain_left = self._wait(per_token / plain)
 
