@@ -177,7 +177,10 @@ class Chain:
                     lead = self._used[0]
                     learning = decision.reason != "cost"
                     limit = decision.k if learning else min(cap, policy.k_max if self.k_max is None else self.k_max)
-                    j, k = policy.plan(limit, lead.policy.keyed(lead.key), lead.n, least=int(learning))
+                    read_s = getattr(link.part, "read_s", None) or 0.0  # a model must first read what it missed
+                    behind = link.part.behind(seq) if read_s else 0
+                    j, k = policy.plan(limit, lead.policy.keyed(lead.key), lead.n, least=int(learning),
+                                       behind=behind, read_s=read_s)
                     if j < lead.n:
                         lead.offered, self._aside = tokens[lead.start:lead.start + lead.n], lead
                         del tokens[j:], sources[j:], qs[j:]

@@ -322,10 +322,12 @@ class DraftLength:
                 return 1
         return best
 
-    def plan(self, k: int, lead: CostModel, n_lead: int, least: int = 0) -> tuple[int, int]:
+    def plan(self, k: int, lead: CostModel, n_lead: int, least: int = 0, behind: int = 0,
+             read_s: float = 0.0) -> tuple[int, int]:
         """In a chain, behind a free part that offered n_lead tokens (its acceptance for proposals of that kind:
         `lead`): keep j of them and draft f of this part's own after them, j + f <= k and f >= least, for the least
-        expected time per token. The round costs T_v(j+f+1) + T_d(f) and yields E_lead[j] + P(all j pass) *
+        expected time per token. The round costs T_v(j+f+1) + T_d(f), plus, when this part drafts, reading what it
+        has not seen (`behind` tokens and the j kept, read_s seconds each), and yields E_lead[j] + P(all j pass) *
         (E_own[f] - 1): f = 0 is the lead alone, j = 0 this part alone, both 0 a plain round. So the chain is never
         expected to do worse than the better of its parts, or than not speculating. Ties go to fewer rows."""
         c = self.cost
@@ -341,7 +343,8 @@ class DraftLength:
             for f in range(max(least, 1 if j == 0 else 0), k - j + 1):
                 if draft[f] is None:
                     continue
-                cost = (verify[j + f] + draft[f]) / (led[j] + all_pass * (own[f] - 1))
+                reading = (behind + j) * read_s if f and behind + j > 1 else 0.0
+                cost = (verify[j + f] + draft[f] + reading) / (led[j] + all_pass * (own[f] - 1))
                 if cost < best_cost:
                     best, best_cost = (j, f), cost
         return best

@@ -188,8 +188,10 @@ def test_catching_up_is_not_counted_as_the_cost_of_drafting(tiny_pair):
     seq = t.tokenize("the cat sat on the mat and the dog sat on the log")
     assert len(seq) > 9
     prop = draft.propose(seq, 3, edgespec.GREEDY, np.random.default_rng(0))
-    assert draft.catch_up_s > 0  # read the whole text first
-    draft.propose([*seq, *prop.tokens[:2], 7], 3, edgespec.GREEDY, np.random.default_rng(0))
-    assert draft.catch_up_s == 0.0  # a round behind: part of drafting
+    assert draft.catch_up_s > 0 and draft.read_s > 0  # read the whole text first, and timed it per token
+    nxt = [*seq, *prop.tokens[:2], 7]
+    assert draft.behind(nxt) == 0 and draft.behind([*nxt, 8, 9]) == 2
+    draft.propose(nxt, 3, edgespec.GREEDY, np.random.default_rng(0))
+    assert draft.catch_up_s == 0.0  # only the round's own tokens: part of drafting
     draft.close()
     t.close()

@@ -11,20 +11,20 @@ from ..sampling import SamplingConfig, probabilities, sample
 from . import Proposal
 
 
-# A round leaves the draft's cache at most a round's tokens behind (one, drafting alone; what an earlier part of a
-# chain proposed, at most a round). Reading more is catching up on text decoded while this proposer stood aside.
-ROUND_BEHIND = 8
-
-
 class DraftModelProposer:
     def __init__(self, ctx: Context, target_n_vocab: int, p_min: float = 0.0) -> None:
         self.ctx = ctx
-        # Seconds the last propose() spent catching up on text decoded while it stood aside (plain rounds, a
-        # fallback, rounds an earlier part of a chain drafted alone): the price of having stood aside, not of
-        # drafting, so the draft-length policy leaves it out of what a drafted length costs.
+        # Reading text it has not seen (what it skipped while it stood aside, what an earlier part of a chain
+        # proposed), apart from drafting: the seconds the last propose() spent on it, and a running average per
+        # token. The draft-length policy prices drafting without it, and a chain's plan adds it where it applies.
         self.catch_up_s = 0.0
+        self.read_s: float | None = None
         self.n_vocab = target_n_vocab  # q rows are cut or padded to the target's vocab so p - q lines up
         self.p_min = p_min  # stop drafting when the draft's own top probability falls below this (0 = never)
+
+    def behind(self, seq: Sequence[int]) -> int:
+        """Tokens of seq, before its last, that this model has not read: what a proposal from seq reads first."""
+        return len(seq) - 1 - self.ctx.common_prefix(seq[:-1])
 
     def begin(self, seq: Sequence[int]) -> None:
         if len(seq) <= self.ctx.n_ctx:
@@ -37,7 +37,10 @@ class DraftModelProposer:
             return Proposal([])
         t0 = time.perf_counter()
         behind = self.ctx.sync(seq[:-1])  # seq[-1] is decoded afresh each round: its logits start the draft
-        self.catch_up_s = time.perf_counter() - t0 if behind > ROUND_BEHIND else 0.0
+        self.catch_up_s = time.perf_counter() - t0 if behind > 1 else 0.0  # one: the last round's own draft
+        if behind > 1:
+            per = self.catch_up_s / behind
+            self.read_s = per if self.read_s is None else self.read_s + 0.2 * (per - self.read_s)
         logits = self.ctx.decode(seq[-1:], [0])[0]
         tokens: list[int] = []
         qs: list[np.ndarray] = []
