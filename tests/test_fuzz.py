@@ -150,3 +150,15 @@ def test_smollm_round_trips_and_keeps_messages_literal(smollm, text):
     tokens = engine.tokenize_chat([("user", text)])
     control = {t for t in tokens if model.token_text(t).decode("utf-8", "replace") in CONTROL_TEXTS}
     assert len([t for t in tokens if t in control]) == 3
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 3), max_size=40), st.lists(st.integers(0, 3), max_size=40))
+def test_common_prefix_is_the_plain_loops(a, b):
+    from edgespec.backend import common_prefix
+
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    assert common_prefix(a, b) == common_prefix(tuple(a), b) == n
+    assert common_prefix(a, a + b) == len(a)

@@ -28,12 +28,21 @@ class _Context(_Freed):
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
+    """The length of the longest common prefix. It runs every round on the whole text (a draft model re-syncing),
+    so lists are compared by slices (C speed): one comparison when one extends the other, the usual case, else a
+    binary search."""
+    a, b = (x if isinstance(x, list) else list(x) for x in (a, b))
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 class Context(_Context):
