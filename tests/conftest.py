@@ -14,6 +14,15 @@ import tiny_models  # noqa: E402
 # tests inherit it
 os.environ.setdefault("EDGESPEC_PROFILES", tempfile.mkdtemp(prefix="edgespec-test-profiles-"))
 
+
+
+@pytest.fixture(autouse=True)
+def own_profiles(tmp_path_factory, monkeypatch):
+    """Each test its own profile folder: an engine adds what it learned to the profile when it closes, and a test
+    must not start from what an earlier one taught (a draft model standing aside, say)."""
+    monkeypatch.setenv("EDGESPEC_PROFILES", str(tmp_path_factory.mktemp("profiles")))
+
+
 DRAFT_NOISE = 0.06  # the draft agrees with the target on roughly 60% of tokens: full, partial and no acceptance
 
 
