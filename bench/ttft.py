@@ -61,7 +61,7 @@ def main() -> None:
     for i, which in enumerate(order):
         r = subprocess.run([sys.executable, __file__, "--target", str(target), "--draft", str(draft), "--threads",
                             str(args.threads), "--one", which], env=env, check=True, stderr=subprocess.DEVNULL,
-                           capture_output=False, stdout=subprocess.PIPE, text=True)
+                           stdout=subprocess.PIPE, text=True)
         print(r.stdout.strip())
         if i >= 2:
             seen[which].append(float(r.stdout.split("time to first token")[1].split()[0]))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -134,7 +134,7 @@ class Chain:
         """Whether a part has prompt work to do before it can propose (a draft model's cache)."""
         return any(isinstance(link.part, DraftModelProposer) for link in self.links)
 
-    def begin(self, seq: Sequence[int], start=None) -> None:
+    def begin(self, seq: Sequence[int], start: Callable[[], None] | None = None) -> None:
         """A new text: each policy hears so, start() runs (the engine's costs, which a profile may seed the
         policies with), then each part that will draft reads the prompt (one standing aside catches up if and
         when it drafts)."""

@@ -115,6 +115,10 @@ def test_bench_refuses_bad_input_in_one_line(tiny_pair, tmp_path):
     bad.write_text('{"prompt": 3}\n')
     r = run("bench", "-m", tiny_pair[0], "--workload", bad)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "line 1" in r.stderr
+    r = run("bench", "-m", tiny_pair[0], "--skip", "6")  # every built-in category has 6 prompts
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "leaves no prompt" in r.stderr
+    r = run("bench", "-m", tiny_pair[0], "--skip", "-1")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--skip" in r.stderr
 
 
 def test_choice_is_the_lowest_measured_cost():

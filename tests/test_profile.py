@@ -40,6 +40,10 @@ def test_a_damaged_profile_is_ignored(profiles, tiny_pair, content):
     data = {"key": k, "verify_s": {"1": 0.01, "2": 0.01}, "proposers": {"draft x": {"reached": [1], "accepted": [2]}}}
     path.write_text(json.dumps(data))  # more accepted than tested: not a measurement
     assert profile.load(k) is None
+    data["proposers"] = {"lookup 2-4": {"reached": [2], "accepted": [1], "by_key": {"lookup:2": {"reached": [1],
+                                                                                             "accepted": [3]}}}}
+    path.write_text(json.dumps(data))  # the same, for one kind of proposal
+    assert profile.load(k) is None
 
 
 def test_a_foreign_profile_is_ignored_with_a_note(profiles, tiny_pair):
