@@ -91,7 +91,8 @@ def tune(engine: Engine, budget_s: float = 90.0, max_tokens: int = 48, lookup: b
         r = rows[longest]["overall"]
         out.draft_entry = {"draft_round_s": {int(m[6:]): rows[m]["overall"]["phase_ms_per_round"]["draft"] / 1000
                                              for m in rows if m.startswith("draft:")},
-                           "reached": [float(x) for x in r["drafted_by_position"]],
+                           # the policy's counts are conditional: position i tested, i.e. all before it passed
+                           "reached": [float(x) for x in r["tested_by_position"]],
                            "accepted": [float(x) for x in r["accepted_by_position"]]}
         out.draft_name = profile.proposer_name(draft.ctx.model.path, draft.ctx.n_threads, draft.ctx.model.n_gpu_layers)
         policy = DraftLength(engine.draft_max, True, cost)

@@ -141,6 +141,7 @@ class Tally:
     phase_s: dict = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
     drafted_at: list = field(default_factory=list)
     accepted_at: list = field(default_factory=list)
+    tested_at: list = field(default_factory=list)
     ttft_s: list = field(default_factory=list)
 
     def add(self, result, wall_s: float, ttft_s: float, same: bool) -> None:
@@ -161,12 +162,14 @@ class Tally:
         """Time per phase and drafts tested / accepted by position, from a GenerationStats or another Tally."""
         for p in PHASES:
             self.phase_s[p] += other.phase_s[p]
-        for i, (d, a) in enumerate(zip(other.drafted_at, other.accepted_at)):
+        for i, (d, a, t) in enumerate(zip(other.drafted_at, other.accepted_at, other.tested_at)):
             if i == len(self.drafted_at):
                 self.drafted_at.append(0)
                 self.accepted_at.append(0)
+                self.tested_at.append(0)
             self.drafted_at[i] += d
             self.accepted_at[i] += a
+            self.tested_at[i] += t
 
 
 @dataclass
@@ -209,6 +212,7 @@ def _figures(ts: list[Tally], plains: list[Tally]) -> dict:
         "acceptance": all_.accepted / all_.drafted if all_.drafted else None,
         "acceptance_by_position": [a / d for a, d in zip(all_.accepted_at, all_.drafted_at) if d],
         "drafted_by_position": all_.drafted_at, "accepted_by_position": all_.accepted_at,
+        "tested_by_position": all_.tested_at,  # drafted, with every earlier position accepted
         "mean_accepted_length": all_.accepted / all_.rounds, "tokens_per_round": all_.n / all_.rounds,
         "phase_ms_per_round": {p: 1000 * all_.phase_s[p] / all_.rounds for p in PHASES},
         "python_share": 1 - all_.llama_s / all_.s if all_.s else 0.0,

@@ -106,6 +106,15 @@ def _entry_name(part: Proposer) -> str | None:
         return None
 
 
+CATCH_UP_LIMIT = 32  # a probe whose proposer has more than this to read first waits for the next text
+
+
+def _behind(part: Proposer, seq: Sequence[int]) -> int:
+    """Tokens a proposer must read before it can propose from seq (a draft model after standing aside); 0 for
+    those that read nothing."""
+    return part.behind(seq) if isinstance(part, DraftModelProposer) else 0
+
+
 @dataclass
 class _Link:
     part: Proposer
@@ -165,8 +174,11 @@ class Chain:
             for link in self.links:
                 policy = link.policy
                 behind_free = len(self._used) == 1 and self._used[0].policy.free
-                decision = policy.decide(cap, self.k_max, self.adaptive) if len(tokens) < cap or behind_free \
-                    else Decision(0, "full")
+                decision = policy.decide(cap, self.k_max, self.adaptive, planned=behind_free) \
+                    if len(tokens) < cap or behind_free else Decision(0, "full")
+                if decision.reason == "probe" and _behind(link.part, seq) > CATCH_UP_LIMIT:
+                    policy.defer_probe()
+                    decision = Decision(0, "fallback", "")
                 reasons.append(decision.reason)
                 if decision.reason == "fallback" and decision.why:
                     stats.fallbacks.append({"round": stats.n_rounds, "why": decision.why})
@@ -178,7 +190,7 @@ class Chain:
                     learning = decision.reason != "cost"
                     limit = decision.k if learning else min(cap, policy.k_max if self.k_max is None else self.k_max)
                     read_s = getattr(link.part, "read_s", None) or 0.0  # a model must first read what it missed
-                    behind = link.part.behind(seq) if read_s else 0
+                    behind = _behind(link.part, seq) if read_s else 0
                     j, k = policy.plan(limit, lead.policy.keyed(lead.key), lead.n, least=int(learning),
                                        behind=behind, read_s=read_s)
                     if j < lead.n:

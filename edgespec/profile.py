@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-VERSION = 1
+VERSION = 2  # 2: a draft model's acceptance counts from tune are conditional (position i tested: all before passed)
 
 
 def directory() -> Path:

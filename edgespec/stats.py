@@ -30,6 +30,7 @@ class GenerationStats:
     phase_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
     drafted_at: list[int] = field(default_factory=list)  # rounds that drafted a token at position i
     accepted_at: list[int] = field(default_factory=list)  # ... and had it accepted
+    tested_at: list[int] = field(default_factory=list)  # rounds that drafted position i and accepted all before it
     drafted_by_source: dict[str, int] = field(default_factory=dict)
     accepted_by_source: dict[str, int] = field(default_factory=dict)
     rounds_by_reason: dict[str, int] = field(default_factory=dict)
@@ -41,9 +42,11 @@ class GenerationStats:
         while len(self.drafted_at) < rec.n_drafted:
             self.drafted_at.append(0)
             self.accepted_at.append(0)
+            self.tested_at.append(0)
         for i in range(rec.n_drafted):
             self.drafted_at[i] += 1
             self.accepted_at[i] += i < rec.n_accepted
+            self.tested_at[i] += i <= rec.n_accepted
         for i, src in enumerate(rec.sources):
             self.drafted_by_source[src] = self.drafted_by_source.get(src, 0) + 1
             self.accepted_by_source[src] = self.accepted_by_source.get(src, 0) + (i < rec.n_accepted)

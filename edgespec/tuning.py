@@ -189,26 +189,54 @@ class DraftLength:
         self._plain_left = 0
         self._failed_probes = 0  # probes in a row after which drafting still did not pay
         self._probe = ""  # "pending": asked for, not yet drafted and tested; "done": its verdict is next
+        self._probe_next_text = False  # a probe put off to the next text's start (defer_probe)
+        self.probe_rounds = 2  # drafted rounds a probe lasts: one round's acceptance is too thin a verdict
+        self._probe_left = 0
+        self.text_memory = 2.0  # at a new text, what earlier texts showed counts as at most this many rounds
         self.warm_up_rounds = 3
         self.explore_every = explore_every  # every n-th round drafts one more than the best K, to keep learning
         self._rounds = 0
         self.fallbacks = 0
 
     def new_text(self, forget: float = 0.5) -> None:
-        """A new generation. Acceptance depends on the text: what the last one showed counts `forget` as much.
-        Costs belong to the machine and carry over, and so does a fallback's backoff. A text begun in a fallback
-        near break-even is probed at once, while the draft model has just read its prompt (a probe later in the
-        text first catches up on everything it skipped); after a probe confirmed the verdict, the wait goes on
+        """A new generation. Acceptance depends on the text: what the last ones showed counts `forget` as much, and
+        as at most text_memory rounds (a probe on code after a session of prose must be able to change the verdict).
+        Costs belong to the machine and carry over, and so does a fallback's backoff. A text begun in a fallback is
+        probed at once, while the draft model has just read its prompt (a probe later in the text first catches up
+        on everything it skipped), unless no text could make drafting pay (hopeless()): then the wait goes on
         across texts, and the proposer stands aside (standing_aside: it does not even read the prompts)."""
         for c in (self.cost, *self.by_key.values()):
             c.forget(forget)
-        if self._plain_left > 0 and not self._failed_probes:
+            if c.reached and c.reached[0] > self.text_memory:  # a long history must not drown the new text
+                c.forget(self.text_memory / c.reached[0])
+        if self._plain_left > 0 and (self._probe_next_text or not self.hopeless()):
             self._plain_left = 1
+        self._probe_next_text = False
 
-    def decide(self, cap: int, k_max: int | None = None, adaptive: bool | None = None) -> Decision:
+    def hopeless(self) -> bool:
+        """Drafting would not pay even if every drafted token passed (its measured costs against plain's): no
+        text can change the verdict, so a fallback's wait goes on across texts. Otherwise a new text may suit the
+        drafter where the last did not (code after prose): it is probed at once."""
+        c, plain = self.cost, self.cost.t_verify(1)
+        costs = [c.round_cost(k) for k in range(1, self.k_max + 1)]
+        best = min((t / (k + 1) for k, t in enumerate(costs, 1) if t is not None), default=None)
+        return bool(plain) and best is not None and best >= self.margin * plain
+
+    def defer_probe(self) -> None:
+        """The probe due now would first have its proposer read more than the probe is worth (a draft model that
+        stood aside since the text began has all of it to read): plain decoding goes on, and the probe comes at the
+        start of the next text, where the prompt is read anyway."""
+        self._probe, self._plain_left, self._probe_next_text = "", self.max_wait, True
+
+    def decide(self, cap: int, k_max: int | None = None, adaptive: bool | None = None,
+               planned: bool = False) -> Decision:
         """cap: the most tokens this round may draft (context room, max_tokens); k_max and adaptive: this call's
-        own limits in place of the policy's (what the policy learned carries on either way)."""
-        k_max = min(self.k_max if k_max is None else k_max, cap)
+        own limits in place of the policy's (what the policy learned carries on either way). planned: the round is
+        planned by expected gain afterwards (plan(): behind a free part, which weighs this part against the free
+        part alone and against plain per round), so only a proposer clearly behind plain falls back; near
+        break-even the plan chooses, round by round, without the fallback's waits and catch-ups."""
+        limit = self.k_max if k_max is None else k_max
+        k_max = min(limit, cap)
         if k_max <= 0:
             return Decision(0, "fixed")
         if not (self.adaptive if adaptive is None else adaptive):
@@ -219,7 +247,7 @@ class DraftLength:
             self._plain_left -= 1
             if self._plain_left > 0:
                 return Decision(0, "fallback")
-            self._probe = "pending"
+            self._probe, self._probe_left = "pending", self.probe_rounds
         if self._probe == "pending":  # asked again until it is carried out (in a chain, another part may fill)
             return Decision(self.cost.best_k(k_max)[0], "probe")
         plain = self.cost.t_verify(1)
@@ -229,8 +257,12 @@ class DraftLength:
             # acceptance past position 1, which the estimates need before they can be trusted.
             return Decision(min(k_max, self.probe_k), "warm-up")
         ratio = per_token / plain
+        if ratio >= self.margin and k_max < limit and self._probe != "done":
+            # Near the end (max_tokens, the context) a short draft may not pay where a full one does: a plain round
+            # this once, not a verdict on drafting.
+            return Decision(0, "cost")
         probed, self._probe = self._probe == "done", ""
-        if ratio >= self.margin:
+        if ratio >= (self.clearly_behind if planned else self.margin):
             # Near break-even the estimate may be wrong either way: probe again soon. Far behind: wait longer, and
             # twice as long after each probe that did not change the verdict.
             self._failed_probes = self._failed_probes + 1 if probed else 0
@@ -329,14 +361,20 @@ class DraftLength:
         expected time per token. The round costs T_v(j+f+1) + T_d(f), plus, when this part drafts, reading what it
         has not seen (`behind` tokens and the j kept, read_s seconds each), and yields E_lead[j] + P(all j pass) *
         (E_own[f] - 1): f = 0 is the lead alone, j = 0 this part alone, both 0 a plain round. So the chain is never
-        expected to do worse than the better of its parts, or than not speculating. Ties go to fewer rows."""
+        expected to do worse than the better of its parts, or than not speculating. Ties go to fewer rows.
+
+        This part drafts (outside learning rounds) only where that is expected to cost under `margin` times the best
+        split without it, as a proposer alone must beat plain by the margin: estimates are noisy, and the least of
+        several noisy estimates is an optimistic one, so near a tie the round without draft work is the safer."""
         c = self.cost
         verify = [c.t_verify(m) for m in range(1, k + 2)]
         draft = [c.t_draft(f) for f in range(k + 1)]
         if verify[0] is None or draft[k] is None:  # not timed yet: follow the lead, fill the round
             return min(n_lead, k - least), max(least, k - n_lead)
         own, led, lead_a = c.expected(k), lead.expected(n_lead), lead.acceptances(n_lead)
-        best, best_cost, all_pass = (0, 0), (verify[0] if least == 0 else float("inf")), 1.0
+        inf = float("inf")
+        best = {False: ((0, 0), verify[0] if least == 0 else inf), True: ((0, 0), inf)}  # by "this part drafts"
+        all_pass = 1.0
         for j in range(min(n_lead, k - least) + 1):
             if j:
                 all_pass *= lead_a[j - 1]
@@ -345,9 +383,10 @@ class DraftLength:
                     continue
                 reading = (behind + j) * read_s if f and behind + j > 1 else 0.0
                 cost = (verify[j + f] + draft[f] + reading) / (led[j] + all_pass * (own[f] - 1))
-                if cost < best_cost:
-                    best, best_cost = (j, f), cost
-        return best
+                if cost < best[f > 0][1]:
+                    best[f > 0] = (j, f), cost
+        (without, cost0), (drafting, cost1) = best[False], best[True]
+        return drafting if least or cost1 < self.margin * cost0 else without
 
     def observe(self, n_drafted: int, n_accepted: int | None, draft_s: float, key: object = None) -> None:
         """This policy's proposer drafted n_drafted tokens in draft_s seconds and n_accepted of them passed (None:
@@ -356,7 +395,9 @@ class DraftLength:
             self.cost.observe_draft(n_drafted, draft_s)
             if n_accepted is not None:
                 if self._probe == "pending":
-                    self._probe = "done"
+                    self._probe_left -= 1
+                    if self._probe_left <= 0:
+                        self._probe = "done"
                 self.cost.observe_acceptance(n_drafted, n_accepted)
                 if key is not None:
                     self.keyed(key).observe_acceptance(n_drafted, n_accepted)

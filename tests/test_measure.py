@@ -151,6 +151,10 @@ def test_tune_writes_a_profile_the_next_engine_starts_from(tiny_pair, profiles):
     assert t.path is not None and t.path.parent == profiles
     assert set(t.measured) == {"plain", "draft:2", "draft:4", "lookup"} and t.choice in t.measured
     assert t.draft_entry["reached"] and t.decision
+    reached, accepted = t.draft_entry["reached"], t.draft_entry["accepted"]
+    # counts conditional on the earlier positions passing, as the policy reads them (not drafted-at-i counts,
+    # which would compound the rejections of earlier positions twice)
+    assert all(r <= a for r, a in zip(reached[1:], accepted)) and reached[0] >= reached[-1]
     known = profile.load(profile.key(str(tiny_pair[0]), 2, 0))
     assert set(known.proposers) == {t.draft_name, "lookup 2-4"} and len(known.verify_s) == 16
     assert known.proposers["lookup 2-4"] == t.lookup_entry and t.lookup_entry["draft_round_s"]

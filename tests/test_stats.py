@@ -18,6 +18,7 @@ def test_acceptance_by_position_and_mean_accepted_length():
     s.add_round(RoundRecord(2, 2, 3, 1.0, 1.0))
     s.add_round(RoundRecord(4, 0, 1, 1.0, 1.0))
     assert s.accept_by_position == [2 / 3, 2 / 3, 0.0, 0.0]
+    assert s.tested_at == [3, 2, 1, 0]  # drafted with all before it accepted: what a_i is conditioned on
     assert s.acceptance_rate == pytest.approx(4 / 10)
     assert s.mean_accepted_length == pytest.approx(4 / 3)
     assert s.tokens_per_round == pytest.approx(7 / 3)

@@ -68,12 +68,13 @@ def test_extrapolation_never_reaches_zero():
 
 
 def test_fallback_when_even_the_best_k_loses_to_plain_and_probe_later():
-    # compute-bound: verify of m rows costs m * 60% of a step, draft 40% of a step, acceptance 0.3
-    c = model({m: 0.1 * (1 + 0.6 * (m - 1)) for m in range(1, 18)}, 0.04, [0.3] * 16)
+    # compute-bound: each extra verify row costs 80% of a step, a draft 40% of a step, acceptance 0.3
+    c = model({m: 0.1 * (1 + 0.8 * (m - 1)) for m in range(1, 18)}, 0.04, [0.3] * 16)
     d = DraftLength(8, adaptive=True, cost=c, fallback_rounds=32)
+    d.probe_rounds = 1  # a verdict after each probe round (two by default: below)
     first = d.decide(100)
-    # best is K=1: (0.16 + 0.04) / 1.3 = 0.154 s/token, 1.54x plain: far behind, so the longest wait
-    assert (first.k, first.reason) == (0, "fallback") and "153.8 ms/token" in first.why and "32 rounds" in first.why
+    # best is K=1: (0.18 + 0.04) / 1.3 = 0.169 s/token, 1.69x plain: far behind, so the longest wait
+    assert (first.k, first.reason) == (0, "fallback") and "169.2 ms/token" in first.why and "32 rounds" in first.why
     reasons = [d.decide(100) for _ in range(32)]
     assert [r.reason for r in reasons] == ["fallback"] * 31 + ["probe"]
     assert reasons[-1].k == 1  # a probe drafts the best K: it costs as little as a draft can
@@ -87,7 +88,10 @@ def test_fallback_when_even_the_best_k_loses_to_plain_and_probe_later():
     assert waits == ["fallback"] * 63 + ["probe"] and "128 rounds" in d.decide(100).why
     assert d.decide(100).reason == "fallback"
     left = d._plain_left
-    d.new_text()  # after probes that confirmed the verdict, the wait goes on across texts ...
+    # even if every drafted token passed: K=8 would cost T_v(9) + T_d(8) = 0.74 + (0.04 + 7 * 0.02) s for 9
+    # tokens, 0.102 s/token against plain's 0.1
+    assert d.hopeless()
+    d.new_text()  # so the wait goes on across texts ...
     assert d.standing_aside() and not d.standing_aside(adaptive=False)  # ... with no prompt to read
     assert d.decide(100).reason == "fallback" and d._plain_left == left - 1
     for _ in range(left - 2):
@@ -100,8 +104,62 @@ def test_fallback_when_even_the_best_k_loses_to_plain_and_probe_later():
 def test_a_new_text_is_probed_at_once_after_a_fallback_near_break_even():
     # best K=1 at (0.1 + 0.02) / 1.2 = 0.1 s/token: 1.0x plain, just short of the 8% margin
     d = DraftLength(8, adaptive=True, cost=model({m: 0.1 for m in range(1, 18)}, 0.02, [0.2] + [0.0] * 15))
+    d.probe_rounds = 1  # a verdict after each probe round (two by default: below)
     assert d.decide(100).reason == "fallback" and d.standing_aside()
     d.new_text()  # the draft model reads the new prompt and drafts at once: the new text may suit it
+    assert not d.standing_aside() and d.decide(100).reason == "probe"
+    d.observe(1, 0, 0.02)
+    assert d.decide(100).reason == "fallback" and d._failed_probes == 1
+    d.new_text()  # ... even after probes confirmed the verdict on the last text: code may follow prose
+    assert not d.hopeless() and not d.standing_aside() and d.decide(100).reason == "probe"
+
+
+def test_behind_a_free_part_only_a_proposer_clearly_behind_plain_falls_back():
+    # best K=1 at (0.1 + 0.02) / 1.2 = 0.1 s/token: 1.0x plain. Alone: a fallback (the 8% margin). Planned behind
+    # prompt lookup: the plan weighs it round by round against lookup alone and plain, so no fallback ...
+    near = model({m: 0.1 for m in range(1, 18)}, 0.02, [0.2] + [0.0] * 15)
+    assert DraftLength(8, adaptive=True, cost=near).decide(100).reason == "fallback"
+    assert DraftLength(8, adaptive=True, cost=near).decide(100, planned=True).reason == "cost"
+    # ... unless it is clearly behind (here 1.5x plain), when even reading prompts is not worth it
+    far = model({m: 0.1 for m in range(1, 18)}, 0.05, [0.0] * 16)
+    assert DraftLength(8, adaptive=True, cost=far).decide(100, planned=True).reason == "fallback"
+
+
+def test_a_short_draft_near_the_end_is_a_plain_round_not_a_fallback():
+    # K=4 at a = 0.9: (0.1 + 4 * 0.02) / 4.1 = 0.044 s/token pays; with 1 token left to write K=1 costs
+    # (0.1 + 0.02) / 1.9 = 0.063 s/token: that pays too. With a dear first draft step it does not, this once.
+    c = model({m: 0.1 for m in range(1, 18)}, 0.02, [0.9] * 16)
+    c.draft_round_s = {1: 0.12, 4: 0.18}
+    d = DraftLength(8, adaptive=True, cost=c)
+    assert d.decide(100).reason == "cost"
+    assert (d.decide(1).k, d.decide(1).reason) == (0, "cost") and d.fallbacks == 0 and not d.standing_aside()
+    assert d.decide(100).reason == "cost"
+
+
+def test_a_probe_lasts_two_drafted_rounds_and_a_new_text_does_not_drown_in_the_last_ones():
+    c = model({m: 0.1 * (1 + 0.8 * (m - 1)) for m in range(1, 18)}, 0.04, [0.3] * 16)
+    d = DraftLength(8, adaptive=True, cost=c)
+    d._plain_left = 1
+    assert d.decide(100).reason == "probe"
+    d.observe(1, 1, 0.04)
+    assert d.decide(100).reason == "probe"  # one round is too thin a verdict
+    d.observe(1, 1, 0.04)
+    assert d.decide(100).reason == "fallback"  # two rounds of evidence against 1e9 for a = 0.3: still behind
+    c = CostModel(decay=1.0)
+    for _ in range(40):
+        c.observe_acceptance(1, 0)  # forty rejections on the last text
+    d = DraftLength(8, adaptive=True, cost=c)
+    d.new_text()
+    assert c.reached[0] == pytest.approx(d.text_memory)  # not 20 rounds' worth: the new text can outweigh it
+
+
+def test_a_probe_put_off_comes_at_the_start_of_the_next_text():
+    d = DraftLength(8, adaptive=True, cost=model({m: 0.1 for m in range(1, 18)}, 0.05, [0.0] * 16))
+    d._failed_probes, d._plain_left = 2, 1
+    assert d.decide(100).reason == "probe"
+    d.defer_probe()  # its draft model would first read the whole text it stood aside from
+    assert d.standing_aside() and {d.decide(100).reason for _ in range(100)} == {"fallback"}
+    d.new_text()  # ... the prompt is read anyway: probe now
     assert not d.standing_aside() and d.decide(100).reason == "probe"
 
 
@@ -124,14 +182,19 @@ def test_a_new_text_weighs_the_last_texts_acceptance_by_half():
         d.observe(1, 0, 0.01)  # six rejections: a_1 = (0 + 0.6 * 2) / (6 + 2) = 0.15
     assert d.cost.acceptance(0) == pytest.approx(0.15)
     d.observe(1, 1, 0.01, key="lookup:3")  # counted for its kind and in the whole
+    d.text_memory = 100.0  # (the cap, below, out of the way)
     d.new_text()
     assert d.cost.acceptance(0) == pytest.approx((0.5 + 1.2) / (3.5 + 2))  # 3.5 rounds' worth, not 7
     assert d.keyed("lookup:3").reached == [0.5]
+    d.text_memory = 2.0
+    d.new_text()  # 1.75 rounds' worth: under the cap, halved only
+    assert d.cost.reached == [pytest.approx(1.75)]
 
 
 def test_a_probe_that_pays_ends_the_backoff():
     c = model({m: 0.1 * (1 + 0.6 * (m - 1)) for m in range(1, 18)}, 0.04, [0.3] * 16)
     d = DraftLength(8, adaptive=True, cost=c, fallback_rounds=32)
+    d.probe_rounds = 1  # a verdict after each probe round (two by default: below)
     for _ in range(33):
         d.decide(100)
     d.observe(1, 1, 0.01)
@@ -247,6 +310,7 @@ def test_a_chain_part_drafts_alone_follows_or_stands_aside_by_expected_cost():
        st.integers(0, 8), st.integers(1, 8))
 def test_the_chosen_split_is_never_expected_slower_than_either_part_alone_or_plain(rel, draft_s, own_a, lead_a, n,
                                                                                     k):
+    """... and it has the draft model work only for a gain beyond the margin."""
     verify = {1: 1.0}
     for m, r in enumerate(rel, 2):
         verify[m] = max(verify[m - 1], r * (m - 1) ** 0.5)  # growing with the rows, any shape
@@ -256,5 +320,9 @@ def test_the_chosen_split_is_never_expected_slower_than_either_part_alone_or_pla
     j, f = d.plan(k, lead, n)
     assert 0 <= j <= n and 0 <= f and j + f <= k
     chosen = _round_cost(d, lead, j, f)
-    options = [_round_cost(d, lead, jj, ff) for jj in range(n + 1) for ff in range(k - jj + 1)]
-    assert chosen <= min(options) + 1e-12  # includes plain (0, 0), the lead alone (n, 0), the draft alone (0, f)
+    without = min(_round_cost(d, lead, jj, 0) for jj in range(n + 1))  # plain (0, 0), the lead alone (n, 0)
+    drafting = min([_round_cost(d, lead, jj, ff) for jj in range(n + 1) for ff in range(1, k - jj + 1)])
+    if f == 0:
+        assert chosen <= without + 1e-12 and drafting >= d.margin * without - 1e-12
+    else:  # the draft model alone (0, f) or after the lead's tokens
+        assert chosen <= drafting + 1e-12 and chosen < d.margin * without
