@@ -178,7 +178,7 @@ class Chain:
                     if len(tokens) < cap or behind_free else Decision(0, "full")
                 if decision.reason == "probe" and _behind(link.part, seq) > CATCH_UP_LIMIT:
                     policy.defer_probe()
-                    decision = Decision(0, "fallback", "")
+                    decision = Decision(0, "fallback")
                 reasons.append(decision.reason)
                 if decision.reason == "fallback" and decision.why:
                     stats.fallbacks.append({"round": stats.n_rounds, "why": decision.why})
