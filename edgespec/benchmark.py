@@ -26,6 +26,7 @@ from .stats import PHASES
 
 WORKLOADS = Path(__file__).with_name("workloads.json")
 MODE_NAMES = ("plain", "draft", "lookup", "hybrid")
+MAX_TREE_WIDTH = 4  # MODE@W: verification trees of up to W branches (the context is made for them where asked)
 
 
 @dataclass(frozen=True)
@@ -110,10 +111,13 @@ def parse_modes(text: str, have_draft: bool) -> list[str]:
     drafts exactly K per round, NAME alone chooses by measured cost."""
     modes = []
     for m in (x.strip() for x in text.split(",") if x.strip()):
-        name, _, k = m.partition(":")
-        if name not in MODE_NAMES or (k and (not k.isdigit() or int(k) < 1 or name == "plain")):
+        spec, _, w = m.partition("@")
+        name, _, k = spec.partition(":")
+        if name not in MODE_NAMES or (k and (not k.isdigit() or int(k) < 1 or name == "plain")) or \
+                (w and (not w.isdigit() or not 2 <= int(w) <= MAX_TREE_WIDTH or name == "plain" or k)):
             raise InvalidArgument(f"unknown mode {m!r}: use plain, draft, lookup, hybrid, or draft:K / lookup:K / "
-                                  "hybrid:K for a fixed K >= 1")
+                                  f"hybrid:K for a fixed K >= 1, or draft@W / lookup@W / hybrid@W for verification "
+                                  f"trees of up to W = 2..{MAX_TREE_WIDTH} branches")
         if name in ("draft", "hybrid") and not have_draft:
             raise InvalidArgument(f"mode {m} needs a draft model (--draft)")
         if m not in modes:
@@ -132,6 +136,7 @@ class Tally:
     s: float = 0.0  # generation seconds (rounds)
     n: int = 0  # tokens
     rounds: int = 0
+    tree_rounds: int = 0  # rounds that verified a tree (more than one branch)
     drafted: int = 0
     accepted: int = 0
     llama_s: float = 0.0
@@ -149,6 +154,7 @@ class Tally:
         self.s += st.generation_s
         self.n += st.n_tokens
         self.rounds += st.n_rounds
+        self.tree_rounds += sum(n for why, n in st.rounds_by_reason.items() if "tree" in why.split("+"))
         self.drafted += st.n_drafted
         self.accepted += st.n_accepted
         self.llama_s += sum(r.llama_seconds for r in st.rounds)
@@ -201,7 +207,7 @@ class Report:
 def _figures(ts: list[Tally], plains: list[Tally]) -> dict:
     all_ = Tally()
     for t in ts:  # pooled over repeats, for the sums that are not ratios to plain
-        for name in ("s", "n", "rounds", "drafted", "accepted", "llama_s", "wall_s", "prompts", "same"):
+        for name in ("s", "n", "rounds", "tree_rounds", "drafted", "accepted", "llama_s", "wall_s", "prompts", "same"):
             setattr(all_, name, getattr(all_, name) + getattr(t, name))
         all_.ttft_s += t.ttft_s
         all_._add_phases_and_positions(t)
@@ -214,6 +220,7 @@ def _figures(ts: list[Tally], plains: list[Tally]) -> dict:
         "drafted_by_position": all_.drafted_at, "accepted_by_position": all_.accepted_at,
         "tested_by_position": all_.tested_at,  # drafted, with every earlier position accepted
         "mean_accepted_length": all_.accepted / all_.rounds, "tokens_per_round": all_.n / all_.rounds,
+        "rounds": all_.rounds, "tree_rounds": all_.tree_rounds,
         "phase_ms_per_round": {p: 1000 * all_.phase_s[p] / all_.rounds for p in PHASES},
         "python_share": 1 - all_.llama_s / all_.s if all_.s else 0.0,
         "ttft_ms": 1000 * statistics.median(all_.ttft_s), "end_to_end_tok_s": all_.n / all_.wall_s,
@@ -237,7 +244,7 @@ class Strategies:
 
     def proposer(self, mode: str) -> Proposer:
         if mode not in self.by_mode:
-            name, d = mode.partition(":")[0], self._draft
+            name, d = mode.partition("@")[0].partition(":")[0], self._draft
             self.by_mode[mode] = (PromptLookupProposer() if name == "lookup" else
                                   DraftModelProposer(d.ctx, self.engine.model.n_vocab, d.p_min) if name == "draft" else
                                   HybridProposer(DraftModelProposer(d.ctx, self.engine.model.n_vocab, d.p_min)))
@@ -249,8 +256,10 @@ class Strategies:
             self.engine.target.clear()
             if self._draft is not None:
                 self._draft.ctx.clear()
-        name, _, k = mode.partition(":")
-        kwargs = {"speculative": False} if name == "plain" else {"proposer": self.proposer(mode)}
+        spec, _, w = mode.partition("@")
+        name, _, k = spec.partition(":")
+        kwargs = {"speculative": False} if name == "plain" else \
+            {"proposer": self.proposer(mode), "tree_width": int(w or 1)}
         if k:
             kwargs.update(draft_max=int(k), adaptive=False)
         t0 = time.perf_counter()

@@ -39,8 +39,10 @@ def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
 
 
 def divergence(model: Model, prompt: Sequence[int], plain: Sequence[int], spec: Sequence[int], k: int,
-               n_threads: int | None = None) -> Divergence | None:
-    """None when the two outputs are identical; otherwise the measurements at the first difference."""
+               n_threads: int | None = None, trees: bool = False) -> Divergence | None:
+    """None when the two outputs are identical; otherwise the measurements at the first difference. trees: the
+    verify batches were also verification trees (the position scored beside another branch, in a cache its cells
+    share with other sequences), so those shapes are measured too."""
     j = first_difference(plain, spec)
     if j is None:
         return None
@@ -59,5 +61,48 @@ def divergence(model: Model, prompt: Sequence[int], plain: Sequence[int], spec: 
                 diffs.append(float(np.abs(batched - single).max()))
     finally:
         ctx.close()
+    if trees:
+        diffs += _tree_differences(model, prefix, single, k, n_threads)
     top2 = np.sort(single)[-2:]
     return Divergence(j, float(top2[1] - top2[0]), max(diffs))
+
+
+def _tree_differences(model: Model, prefix: list[int], single: np.ndarray, k: int, n_threads: int | None
+                      ) -> list[float]:
+    """|tree - single| at the position, scored at depth d of a tree's first branch (more of that branch after it),
+    with one-token branches beside it, over a cache filled in order and over one filled by tree rounds whose
+    accepted tokens sit after rejected ones (cells out of position order, as after real tree rounds: the attention
+    then sums in another order)."""
+    ctx = Context(model, n_ctx=len(prefix) + 2 * k + 8, n_threads=n_threads, branches=4)
+    diffs = []
+    try:
+        for fragmented in (False, True):
+            for d in range(min(k, len(prefix) - 1) + 1):
+                base = len(prefix) - 1 - d
+                path = prefix[base + 1:]
+                for extra in sorted({0, k - d}):
+                    for width in (2, 4):
+                        _fill(ctx, prefix[:base], fragmented, 2 * k)
+                        chain = path + [0] * extra
+                        leaves = [i % (d + 1) - 1 for i in range(width - 1)]  # under the root, then along the path
+                        rows = ctx.decode_tree(prefix[base], chain + [0] * len(leaves),
+                                               list(range(-1, len(chain) - 1)) + leaves)
+                        ctx.keep_path([])
+                        diffs.append(float(np.abs(rows[d] - single).max()))
+    finally:
+        ctx.close()
+    return diffs
+
+
+def _fill(ctx: Context, tokens: list[int], fragmented: bool, tail: int) -> None:
+    """The cache holding tokens; fragmented: its last `tail` read two at a time as a root and the second branch
+    of a tree, the first branch rejected (its cell freed, to be reused by a later position)."""
+    ctx.clear()
+    start = max(0, len(tokens) - tail) if fragmented else len(tokens)
+    ctx.decode(tokens[:start])
+    i = start
+    while i + 1 < len(tokens):
+        ctx.decode_tree(tokens[i], [0, tokens[i + 1]], [-1, -1])
+        ctx.keep_path([1])
+        i += 2
+    ctx.decode(tokens[i:])

@@ -24,6 +24,7 @@ from .backend import common_prefix
 from .proposers import EMPTY, DraftModelProposer, GrammarProposer, PromptLookupProposer, Proposal, Proposer
 from .sampling import SamplingConfig
 from .stats import GenerationStats
+from .tree import Tree
 from .tuning import CostModel, Decision, DraftLength
 
 
@@ -36,8 +37,9 @@ class Drafting:
     """An engine's draft-length policies, one per proposer (or part of a chain), sharing the target's verify costs
     (the same whoever drafts); acceptance and draft costs are each proposer's own."""
 
-    def __init__(self, draft_max: int, adaptive: bool, cost: CostModel) -> None:
+    def __init__(self, draft_max: int, adaptive: bool, cost: CostModel, tree_width: int = 1) -> None:
         self.draft_max, self.adaptive, self.cost = draft_max, adaptive, cost
+        self.tree_width = tree_width  # > 1: a lone prompt lookup offers that many continuations as a tree
         self._policies: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.grammar = GrammarProposer()  # one for the engine, so its policy (and acceptance) carries over
 
@@ -86,11 +88,13 @@ class Drafting:
         return out
 
     def chain(self, proposer: Proposer | None, k_max: int | None, adaptive: bool | None,
-              grammar: bool = False) -> "Chain | None":
-        """This generation's chain (None: nothing proposes); k_max and adaptive: this call's limits (None: the
-        policies' own). grammar: the output is constrained, so the tokens the grammar forces come first, free."""
+              grammar: bool = False, tree_width: int | None = None) -> "Chain | None":
+        """This generation's chain (None: nothing proposes); k_max, adaptive and tree_width: this call's limits
+        (None: the policies' own). grammar: the output is constrained, so the tokens the grammar forces come
+        first, free."""
         chain = ([self.grammar] if grammar else []) + list(parts(proposer) if proposer is not None else ())
-        return Chain([_Link(p, self.policy(p)) for p in chain], k_max, adaptive) if chain else None
+        width = self.tree_width if tree_width is None else tree_width
+        return Chain([_Link(p, self.policy(p)) for p in chain], k_max, adaptive, width) if chain else None
 
 
 def _entry_name(part: Proposer) -> str | None:
@@ -124,14 +128,19 @@ class _Link:
     key: object = None
     seconds: float = 0.0
     offered: list[int] | None = None  # all it proposed, where the round kept fewer (the planner stood it aside)
+    tree: Tree | None = None  # what it proposed, where that was a tree
+    alternatives: list | None = None  # a draft model's second choice at each of its n positions (and its q)
 
 
 class Chain:
-    def __init__(self, links: list[_Link], k_max: int | None, adaptive: bool | None) -> None:
+    def __init__(self, links: list[_Link], k_max: int | None, adaptive: bool | None, tree_width: int = 1) -> None:
         self.links = links
         self.k_max, self.adaptive = k_max, adaptive
+        self.tree_width = tree_width
         self._used: list[_Link] = []
         self._aside: _Link | None = None  # a part whose offer the round cut: it learns from the verified tokens
+        self._leaves: tuple[_Link, int, set[int]] | None = None  # second choices verified as leaves: whose, the
+        # chain's length, and the positions they stand at
 
     @property
     def measures(self) -> bool:
@@ -161,9 +170,18 @@ class Chain:
         wants; returns the joint proposal and the decisions' reasons (for the round's record). With a guide, the
         parts draft under it (deterministic proposals are cut where the grammar forbids), and it is left as it
         was."""
-        self._used, self._aside = [], None
+        self._used, self._aside, self._leaves = [], None, None
+        for link in self.links:
+            link.tree = link.alternatives = None
         if cap <= 0:
             return EMPTY, "fixed"
+        first = None  # a lone free proposer that can offer a tree does, where the output is not constrained
+        if self.tree_width > 1 and len(self.links) == 1 and guide is None and hasattr(self.links[0].part,
+                                                                                      "propose_tree"):
+            first = self.links[0].policy.decide(cap, self.k_max, self.adaptive)
+            if first.reason == "free":
+                prop = self._tree(self.links[0], seq, first.k)
+                return prop, "free" if prop.parents is None else "tree"
         tokens: list[int] = []
         qs: list[np.ndarray | None] = []
         sources: list[str] = []
@@ -174,7 +192,8 @@ class Chain:
             for link in self.links:
                 policy = link.policy
                 behind_free = len(self._used) == 1 and self._used[0].policy.free
-                decision = policy.decide(cap, self.k_max, self.adaptive, planned=behind_free) \
+                decision = first if first is not None else \
+                    policy.decide(cap, self.k_max, self.adaptive, planned=behind_free) \
                     if len(tokens) < cap or behind_free else Decision(0, "full")
                 if decision.reason == "probe" and _behind(link.part, seq) > CATCH_UP_LIMIT:
                     policy.defer_probe()
@@ -207,7 +226,9 @@ class Chain:
                     continue
                 t0 = time.perf_counter()
                 context = seq + tokens if tokens else seq
+                seconds = self.tree_width > 1 and guide is None and isinstance(link.part, DraftModelProposer)
                 prop = link.part.propose(context, k, sampling, rng, guide=guide) if guide is not None else \
+                    link.part.propose(context, k, sampling, rng, alternatives=True) if seconds else \
                     link.part.propose(context, k, sampling, rng)
                 # what drafting this many costs, without catching up on text decoded while the part stood aside
                 link.seconds = time.perf_counter() - t0 - getattr(link.part, "catch_up_s", 0.0)
@@ -217,6 +238,8 @@ class Chain:
                 link.start, link.key = len(tokens), prop.key
                 link.n = policy.keep(n, prop.key) if decision.reason == "free" else n
                 self._used.append(link)
+                if prop.alternatives is not None:
+                    link.alternatives = prop.alternatives[:link.n]
                 tokens += prop.tokens[:link.n]
                 sources += prop.sources[:link.n]
                 qs += list(prop.q[:link.n]) if prop.q is not None else [None] * link.n
@@ -230,14 +253,62 @@ class Chain:
         finally:
             if pushed:
                 guide.pop(pushed)
+        chosen = self._second_choices(tokens)
+        if chosen:
+            link, leaves = chosen
+            parents = list(range(-1, len(tokens) - 1)) + [p - 1 for p, _, _ in leaves]
+            return Proposal(tokens + [t for _, t, _ in leaves],
+                            qs + [q for _, _, q in leaves] if sampled else None, sources + ["draft"] * len(leaves),
+                            parents=parents), "+".join(reasons + ["tree"])
         return Proposal(tokens, qs if sampled else None, sources), "+".join(reasons) or "fixed"
 
-    def accepted(self, n: int, verified: Sequence[int] | None = None) -> None:
+    def _second_choices(self, tokens: list[int]) -> tuple[_Link, list] | None:
+        """The draft model's second choices worth a verify row as sibling leaves (DraftLength.second_choices):
+        its link and (position, token, q) of each; None where there are none."""
+        link = next((x for x in self._used if x.alternatives), None)
+        if link is None:
+            return None
+        accept = []
+        for x in self._used:
+            accept += x.policy.keyed(x.key).acceptances(x.n)
+        leaves = []
+        for p in link.policy.second_choices(accept, link.start, self.tree_width - 1):
+            token, q = link.alternatives[p]
+            if token >= 0 and token != tokens[link.start + p]:
+                leaves.append((link.start + p, token, q))
+        if not leaves:
+            return None
+        self._leaves = (link, len(tokens), {p for p, _, _ in leaves})
+        return link, leaves
+
+    def _tree(self, link: _Link, seq: list[int], k: int) -> Proposal:
+        """A free proposer's continuations as a tree, cut to the nodes worth verifying (DraftLength.keep_tree)."""
+        t0 = time.perf_counter()
+        prop = link.part.propose_tree(seq, k, self.tree_width)
+        n = len(prop.tokens)
+        offered = Tree(prop.tokens, prop.parents or list(range(-1, n - 1)), [None] * n, prop.sources)
+        tree = link.policy.keep_tree(offered, prop.key)
+        link.seconds, link.key, link.start, link.n, link.tree = time.perf_counter() - t0, prop.key, 0, len(tree), tree
+        self._used.append(link)
+        return Proposal(tree.tokens, None, tree.sources, prop.key, None if tree.is_chain else tree.parents)
+
+    def accepted(self, n: int, verified: Sequence[int] | None = None, path: Sequence[int] | None = None) -> None:
         """n tokens of the round's proposal passed: each part that proposed hears its own share. verified: the
         round's tokens as verification chose them (the n accepted, then the target's own); a part whose offer the
         round cut learns from them how much of all it offered would have passed, so a proposer set aside for a
-        while still has its acceptance measured (exactly for greedy decoding; for sampling, a close estimate)."""
+        while still has its acceptance measured (exactly for greedy decoding; for sampling, a close estimate).
+        path: the accepted nodes where the round was a tree."""
+        if self._leaves is not None:  # the chain passed up to n; a second choice there may have passed instead
+            link, n_chain, at = self._leaves
+            leaf = bool(path) and path[-1] >= n_chain
+            n -= leaf
+            if n in at:
+                link.policy.alternatives.observe_tries(1, leaf)
         for link in self._used:
+            if link.tree is not None:  # path: the tree's accepted nodes (a chain's first n)
+                link.part.accepted(n)
+                link.policy.observe_tree(link.tree, range(n) if path is None else path, link.seconds, link.key)
+                continue
             tested = n >= link.start  # every token before this part's passed
             passed = min(link.n, n - link.start) if tested else 0
             link.part.accepted(passed)

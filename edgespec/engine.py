@@ -28,6 +28,7 @@ from .sampling import GREEDY, Rows, SamplingConfig
 from .stats import GenerationStats, RoundRecord
 from .text import TextStream
 from .tuning import CostModel, DraftLength
+from .tree import Tree, verify_tree
 from .turns import Turns
 from .verify import verify_greedy, verify_sampled
 
@@ -65,8 +66,11 @@ class Engine:
     """A target model, optionally with a proposer; load once, generate many times."""
 
     def __init__(self, target: Context, proposer: Proposer | None = None, draft_max: int = DEFAULT_DRAFT_MAX,
-                 adaptive: bool = True, cost: CostModel | None = None):
-        """draft_max: the most tokens drafted per round; adaptive: choose fewer (or none) by measured cost.
+                 adaptive: bool = True, cost: CostModel | None = None, tree_width: int = 1):
+        """draft_max: the most tokens drafted per round; adaptive: choose fewer (or none) by measured cost;
+        tree_width > 1: verification trees of up to that many branches (the target context made with branches >=
+        tree_width): prompt lookup alone offers its several continuations, a draft model its second choices as
+        sibling leaves, each node verified only where the cost model expects it to pay.
 
         One generation runs at a time: a call from another thread waits until the one before it has finished
         (its output is what it would have been alone), and a stream left unfinished holds the engine until it is
@@ -79,7 +83,10 @@ class Engine:
         self._cost = cost or CostModel()
         self.costs_from: str | None = None  # where the verify curve came from: "profile" or "measured" (this run)
         self.notes: list[str] = []  # one-line notes for the user (an ignored profile); the caller shows and clears
-        self._drafting = Drafting(draft_max, adaptive, self._cost)
+        if tree_width > getattr(target, "branches", 1):
+            raise EdgespecError(f"a tree width of {tree_width} needs a target context made with branches >= "
+                                f"{tree_width}")
+        self._drafting = Drafting(draft_max, adaptive, self._cost, tree_width)
         if proposer is not None:
             self._drafting.policy(parts(proposer)[0])  # the engine's own proposer times the shared verify costs
         self._turns = Turns()
@@ -112,6 +119,7 @@ class Engine:
         lookup: bool = False,
         draft_max: int = DEFAULT_DRAFT_MAX,
         adaptive: bool = True,
+        tree_width: int = 1,
     ) -> "Engine":
         """Load a target and its proposer: a draft model (checked against the target), prompt lookup
         (lookup=True, no model), or both (the hybrid: lookup first, the draft fills the rest). Draft settings
@@ -120,6 +128,8 @@ class Engine:
             raise EdgespecError(f"context size must be at least 1, got {n_ctx}")
         if draft_max < 0:
             raise EdgespecError(f"draft length must be >= 0, got {draft_max}")
+        if tree_width < 1:
+            raise EdgespecError(f"tree width must be >= 1, got {tree_width}")
         tm = Model(target, n_gpu_layers)
         proposer = None
         if draft is not None:
@@ -132,7 +142,8 @@ class Engine:
         if proposer is not None and (tm.is_recurrent or (draft is not None and dm.is_recurrent)):
             raise EdgespecError("speculative decoding needs a target whose KV cache can be rolled back; recurrent "
                                 "and hybrid models cannot (run without --draft or --lookup)")
-        return cls(Context(tm, n_ctx, n_threads), proposer, draft_max, adaptive)
+        return cls(Context(tm, n_ctx, n_threads, branches=tree_width), proposer, draft_max, adaptive,
+                   tree_width=tree_width)
 
     # prompts ----------------------------------------------------------------------------------------------
     def tokenize(self, prompt: str, *, chat_format: bool = False, system: str | None = None) -> list[int]:
@@ -172,6 +183,7 @@ class Engine:
         speculative: bool = True,
         proposer: Proposer | None = None,
         constraint: Constraint | None = None,
+        tree_width: int | None = None,
     ) -> Iterator[Response]:
         """Yield a Response per generated token as soon as it is accepted, then one with the result.
 
@@ -179,7 +191,8 @@ class Engine:
         round); proposer replaces the engine's for this call. speculative=False (or an engine with no proposer)
         decodes one token per target call: the baseline. constraint: the output must match a grammar or JSON
         schema (edgespec.Constraint); checked before anything is decoded. With a constraint, speculation also
-        proposes the tokens the grammar forces, free.
+        proposes the tokens the grammar forces, free. tree_width: this call's in place of the engine's (at most the
+        engine's context allows).
         """
         self._check_open()
         seq = list(self.tokenize(prompt) if isinstance(prompt, str) else prompt)
@@ -203,7 +216,11 @@ class Engine:
         grammar = Grammar(constraint, self.model.constraint_tokenizer(), self.model.n_vocab) if constraint else None
         proposer = (proposer or self.proposer) if speculative else None
         # Per-call limits apply to this call only; the policies themselves (and what they learned) are the engine's.
-        chain = self._drafting.chain(proposer, draft_max, adaptive, grammar=grammar is not None and speculative)
+        if tree_width is not None and not 1 <= tree_width <= self.target.branches:
+            raise InvalidArgument(f"tree_width must be from 1 to {self.target.branches} (the context's branches), "
+                                  f"got {tree_width}")
+        chain = self._drafting.chain(proposer, draft_max, adaptive, grammar=grammar is not None and speculative,
+                                     tree_width=tree_width)
         guide = Guide(sampling, grammar, seq, self.model.n_vocab, self.model.is_eog) \
             if Guide.needed(sampling, grammar) else None
         turn = self._turns.begin()
@@ -265,8 +282,12 @@ class Engine:
             reason = "first"  # a plain first round: the drafting set-up follows the first token
         t1 = time.perf_counter()
         batch = [seq[-1], *prop.tokens]
+        tree = None if prop.parents is None else \
+            Tree(prop.tokens, prop.parents, list(prop.q) if prop.q is not None else [None] * len(prop.tokens),
+                 prop.sources)
         t2 = time.perf_counter()
-        logits = self.target.decode(batch, range(len(batch)))
+        logits = self.target.decode(batch, range(len(batch))) if tree is None else \
+            self.target.decode_tree(seq[-1], tree.tokens, tree.parents)
         t3 = time.perf_counter()
         dead_end = None
         if run.guide is not None:  # each row masked and penalised by the text up to it
@@ -278,17 +299,23 @@ class Engine:
                                 prop.sources[:dead_end])
                 logits = logits[:dead_end + 1]
                 logits[dead_end] = 0.0
-        if run.sampling.greedy:
-            n, nxt = verify_greedy(logits.argmax(axis=1), prop.tokens)
+        if tree is not None:  # (never with a guide: the chain offers trees only where nothing shapes the rows)
+            path, nxt = verify_tree(logits, tree, run.sampling, run.rng)
+            self.target.keep_path(path)
         else:
-            p = Rows(logits, run.sampling)  # a row is computed when verification reaches it
-            n, nxt = verify_sampled(p, prop.q, prop.tokens, run.rng)
-        # Keep seq[:-1] + seq[-1] + the accepted drafts: once nxt is appended, that is the new seq[:-1].
-        self.target.truncate(len(seq) + n)
+            if run.sampling.greedy:
+                n, nxt = verify_greedy(logits.argmax(axis=1), prop.tokens)
+            else:
+                p = Rows(logits, run.sampling)  # a row is computed when verification reaches it
+                n, nxt = verify_sampled(p, prop.q, prop.tokens, run.rng)
+            path = list(range(n))
+            # Keep seq[:-1] + seq[-1] + the accepted drafts: once nxt is appended, that is the new seq[:-1].
+            self.target.truncate(len(seq) + n)
+        n = len(path)
+        chosen = [(prop.tokens[i], prop.sources[i]) for i in path] + ([] if n == dead_end else [(nxt, None)])
         if run.chain is not None:
-            run.chain.accepted(n, [*prop.tokens[:n], *([] if n == dead_end else [nxt])])
+            run.chain.accepted(n, [tok for tok, _ in chosen], path)
         emitted, finish = [], None
-        chosen = [*zip(prop.tokens[:n], prop.sources[:n])] + ([] if n == dead_end else [(nxt, None)])
         for tok, source in chosen:
             if self.model.is_eog(tok):
                 finish = "stop"
@@ -310,8 +337,10 @@ class Engine:
         for phase, dt in (("draft", t1 - t0), ("prepare", t2 - t1), ("verify", t3 - t2), ("accept", t4 - t3)):
             stats.phase_s[phase] += dt
         self._cost.observe_verify(len(batch), t3 - t2)
+        depth, taken = (max(tree.shape()[0]), tuple(prop.sources[i] for i in path)) if tree is not None \
+            else (None, None)
         stats.add_round(RoundRecord(len(prop.tokens), n, len(emitted), t4 - t0, self._llama_seconds(run) - llama0,
-                                    reason, tuple(prop.sources)))
+                                    reason, tuple(prop.sources), depth, taken))
         return emitted, finish
 
     def _start_costs(self, chain: Chain) -> None:

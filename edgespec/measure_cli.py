@@ -27,7 +27,7 @@ def model_options(f):
     return f
 
 
-def _load(opts: dict):
+def _load(opts: dict, tree_width: int = 1):
     """The target and its draft (no lookup: the modes build their own proposers), and whether it is the default."""
     from .engine import Engine
     from .options import choose_models
@@ -36,7 +36,7 @@ def _load(opts: dict):
                                               "no_spec": False, "verbose": opts["verbose"]})
     engine = Engine.load(model, draft, n_ctx=opts["ctx_size"], n_threads=opts["threads"],
                          n_gpu_layers=opts["gpu_layers"], draft_n_gpu_layers=opts["draft_gpu_layers"],
-                         draft_max=opts["draft_max"])
+                         draft_max=opts["draft_max"], tree_width=tree_width)
     return engine, model, draft
 
 
@@ -49,7 +49,9 @@ def _progress(t0: float):
 @click.command("bench")
 @model_options
 @click.option("--modes", help="Comma-separated: plain, draft, lookup, hybrid (chosen by measured cost), or draft:K, "
-              "lookup:K, hybrid:K (exactly K per round). Default: plain,draft:2,draft:4,draft:8,draft,lookup,hybrid "
+              "lookup:K, hybrid:K (exactly K per round); NAME@W: with verification trees of up to W = 2..4 branches "
+              "(lookup's several continuations, the draft model's second choices; every mode then runs on a context "
+              "made for trees). Default: plain,draft:2,draft:4,draft:8,draft,lookup,hybrid "
               "with a draft, else plain,lookup:4,lookup.")
 @click.option("--workload", metavar="JSONL", help="Your prompts: one JSON object per line, {\"prompt\": TEXT} or "
               "{\"messages\": [{\"role\", \"content\"}, ...]}, with an optional \"category\". Default: the built-in "
@@ -89,7 +91,8 @@ def bench(modes, workload, categories, limit, skip, fresh, max_tokens, repeats, 
             from .errors import EdgespecError
 
             raise EdgespecError("--plot needs matplotlib: pip install 'edgespec[plot]'") from None
-    engine, model, draft = _load(opts)
+    trees = benchmark.MAX_TREE_WIDTH if modes and "@" in modes else 1  # (all modes share one context)
+    engine, model, draft = _load(opts, trees)
     chosen = benchmark.parse_modes(modes or benchmark.default_modes(draft is not None), draft is not None)
     name = Path(model).name + (f" + {Path(draft).name}" if draft else "")
     click.echo(f"edgespec bench: {name}, {len(chosen)} modes x {len(items)} prompts x {repeats}, up to {max_tokens} "

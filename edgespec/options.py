@@ -71,6 +71,10 @@ ENGINE_OPTIONS = [
     _option("--draft-max", "-k", default=8, show_default=True, type=click.IntRange(min=0),
                  help="Most tokens drafted per round; fewer (or none) when measured costs say that is faster."),
     _option("--fixed", is_flag=True, help="Draft exactly --draft-max tokens every round (no adaptive length)."),
+    _option("--tree-width", default=1, show_default=True, type=click.IntRange(1, 4),
+            help="Verification trees of up to this many branches: prompt lookup's several continuations, the draft "
+                 "model's second choices as sibling leaves, each verified only where measured costs say it pays "
+                 "(1: chains only)."),
     _option("--draft-p-min", default=0.0, show_default=True, type=Finite(0, 1),
                  help="Stop a draft when the draft model's top probability falls below this."),
     _option("--stop", multiple=True,
@@ -127,7 +131,7 @@ def load_engine(opts: dict):
                          n_threads=opts["threads"], n_gpu_layers=opts["gpu_layers"],
                          draft_n_ctx=opts["draft_ctx_size"], draft_n_gpu_layers=opts["draft_gpu_layers"],
                          draft_n_threads=opts["draft_threads"], draft_p_min=opts["draft_p_min"],
-                         draft_max=opts["draft_max"], adaptive=not opts["fixed"])
+                         draft_max=opts["draft_max"], adaptive=not opts["fixed"], tree_width=opts["tree_width"])
     if default:
         click.echo(f"edgespec: using the default model, {default_model.NAME}, {engine.drafting}; for a bigger one "
                    "pass --model (a file, a preset from `edgespec models`, or REPO:FILE)", err=True)

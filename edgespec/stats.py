@@ -19,6 +19,10 @@ class RoundRecord:
     llama_seconds: float  # time inside llama.cpp calls (decode, logits, cache removal)
     reason: str = "fixed"  # why this draft length: fixed, warm-up, cost, fallback, probe
     sources: tuple[str, ...] = ()  # proposer of each drafted token
+    # a verification tree's round: the positions it drafted (its depth; n_drafted counts its nodes) and the
+    # proposers of the accepted ones (a chain's are its first n_accepted)
+    depth: int | None = None
+    accepted_sources: tuple[str, ...] | None = None
 
 
 @dataclass
@@ -39,17 +43,20 @@ class GenerationStats:
 
     def add_round(self, rec: RoundRecord) -> None:
         self.rounds.append(rec)
-        while len(self.drafted_at) < rec.n_drafted:
+        positions = rec.n_drafted if rec.depth is None else rec.depth
+        while len(self.drafted_at) < positions:
             self.drafted_at.append(0)
             self.accepted_at.append(0)
             self.tested_at.append(0)
-        for i in range(rec.n_drafted):
+        for i in range(positions):
             self.drafted_at[i] += 1
             self.accepted_at[i] += i < rec.n_accepted
             self.tested_at[i] += i <= rec.n_accepted
-        for i, src in enumerate(rec.sources):
+        for src in rec.sources:
             self.drafted_by_source[src] = self.drafted_by_source.get(src, 0) + 1
-            self.accepted_by_source[src] = self.accepted_by_source.get(src, 0) + (i < rec.n_accepted)
+            self.accepted_by_source.setdefault(src, 0)
+        for src in rec.sources[:rec.n_accepted] if rec.accepted_sources is None else rec.accepted_sources:
+            self.accepted_by_source[src] += 1
         self.rounds_by_reason[rec.reason] = self.rounds_by_reason.get(rec.reason, 0) + 1
 
     def summary(self) -> str:

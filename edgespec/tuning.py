@@ -8,6 +8,9 @@ is pure: it is fed measurements (seconds) and answers questions, so it is tested
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Sequence
+
+from .tree import Tree, best_subtree, main_line, node_values, subtree, worthwhile_leaves
 
 
 @dataclass
@@ -41,6 +44,18 @@ class CostModel:
         """Weigh the acceptance seen so far by factor (a new text: the old one's evidence counts less)."""
         self.reached = [r * factor for r in self.reached]
         self.accepted = [a * factor for a in self.accepted]
+
+    def observe_tries(self, n_tried: int, passed: bool) -> None:
+        """Alternatives tried in turn until one passed (a verification tree's siblings after the first failed):
+        position i is the i-th alternative, tested if all before it failed."""
+        self.observe_acceptance(0, 0)  # the decay and the count
+        while len(self.reached) < n_tried:
+            self.reached.append(0.0)
+            self.accepted.append(0.0)
+        for i in range(n_tried):
+            self.reached[i] += 1
+        if passed and n_tried:
+            self.accepted[n_tried - 1] += 1
 
     def observe_acceptance(self, n_drafted: int, n_accepted: int) -> None:
         """Position i (0-based) was tested if i < n_drafted and all before it passed, i.e. i <= n_accepted."""
@@ -180,6 +195,8 @@ class DraftLength:
         self.cost = cost or CostModel()
         self.free_share = free_share
         self.by_key: dict[object, CostModel] = {}  # acceptance per kind of proposal; verify costs shared
+        # a tree's later siblings: the chance the i-th passes where those before it failed (prior: a weak guess)
+        self.alternatives = CostModel(prior_accept=0.3, verify_s=self.cost.verify_s)
         self._declined: dict[object, int] = {}
         self.fallback_rounds = fallback_rounds  # plain rounds before probing again, when drafting is far behind
         self.margin = margin  # speculate only if expected to cost under margin * a plain token
@@ -353,6 +370,51 @@ class DraftLength:
             if self._declined[key] % recheck_every == 0:
                 return 1
         return best
+
+    def keep_tree(self, tree: Tree, key: object = None) -> Tree:
+        """keep() for a tree of free proposals (a lookup's several continuations): the nodes most likely to pass, as
+        many as give the least expected verify time per token (tree.best_subtree). A first child at depth d passes
+        as a chain's position d does (the acceptance for this kind of proposal); a later sibling as alternatives of
+        its rank have, given the ones before failed (measured apart: `alternatives`)."""
+        c = self.keyed(key)
+        if c.t_verify(1) is None or not len(tree):
+            return tree
+        depth, rank = tree.shape()
+        along, alt = c.acceptances(max(depth)), self.alternatives.acceptances(max(rank) + 1)
+        kept = best_subtree(node_values(tree, lambda i: alt[rank[i] - 1] if rank[i] else along[depth[i] - 1]),
+                            c.t_verify)
+        if not kept and self.keep(1, key) == 1:  # declined: verified one deep now and then all the same
+            kept = [0]
+        return subtree(tree, kept)
+
+    def second_choices(self, accept: Sequence[float], offset: int, most: int) -> list[int]:
+        """Which of a draft model's second choices get a verify row, as sibling leaves of its tokens: the round's
+        chain passes position p with chance accept[p] given the positions before it passed, its first `offset`
+        tokens being an earlier part's; returns positions counted from this part's first token. A second choice
+        passes, where the first failed, as alternatives have (measured apart)."""
+        if len(accept) <= offset or most <= 0 or self.cost.t_verify(1) is None:
+            return []
+        reach, chain, leaves = 1.0, [], []
+        g = self.alternatives.acceptance(0)
+        for p, a in enumerate(accept):
+            if p >= offset:
+                leaves.append(reach * (1.0 - a) * g)
+            reach *= a
+            chain.append(reach)
+        return worthwhile_leaves(chain, leaves, self.cost.t_verify, most)
+
+    def observe_tree(self, tree: Tree, path: Sequence[int], seconds: float, key: object = None) -> None:
+        """What verification made of a tree this policy's proposer offered: its first-ranked branch counts as a
+        chain would (acceptance by position), the siblings tried where that branch failed as alternatives."""
+        main = main_line(tree)
+        n = next((i for i, (a, b) in enumerate(zip(main, path)) if a != b), min(len(main), len(path)))
+        self.observe(len(main), n, seconds, key)
+        if n < len(main):
+            siblings = [i for i, p in enumerate(tree.parents) if p == (main[n - 1] if n else -1)][1:]
+            if siblings:
+                chosen = path[n] if len(path) > n else None
+                tried = siblings.index(chosen) + 1 if chosen in siblings else len(siblings)
+                self.alternatives.observe_tries(tried, chosen in siblings)
 
     def plan(self, k: int, lead: CostModel, n_lead: int, least: int = 0, behind: int = 0,
              read_s: float = 0.0) -> tuple[int, int]:

@@ -66,8 +66,10 @@ def test_a_users_workload(tmp_path):
 def test_modes():
     assert benchmark.parse_modes("draft:4,lookup", True) == ["plain", "draft:4", "lookup"]
     assert benchmark.parse_modes("lookup,plain,lookup", False) == ["plain", "lookup"]
+    assert benchmark.parse_modes("lookup@2,draft@4", True) == ["plain", "lookup@2", "draft@4"]
     for bad, says in [("draft", "needs a draft model"), ("fast", "unknown mode"), ("draft:0", "unknown mode"),
-                      ("plain:2", "unknown mode"), ("lookup:x", "unknown mode")]:
+                      ("plain:2", "unknown mode"), ("lookup:x", "unknown mode"), ("lookup@1", "unknown mode"),
+                      ("lookup@5", "unknown mode"), ("draft:4@2", "unknown mode"), ("plain@2", "unknown mode")]:
         with pytest.raises(InvalidArgument, match=says):
             benchmark.parse_modes(bad, False)
 
@@ -75,14 +77,15 @@ def test_modes():
 def test_bench_command_on_the_tiny_pair(tiny_pair, tmp_path):
     out, png = tmp_path / "b.json", tmp_path / "b.png"
     r = run("bench", "-m", tiny_pair[0], "-d", tiny_pair[1], "--category", "code_edit", "--category", "multiturn",
-            "--limit", "1", "-n", "12", "--modes", "draft:3,draft,lookup,hybrid", "--json", out, "--plot", png,
+            "--limit", "1", "-n", "12", "--modes", "draft:3,draft,lookup,hybrid,lookup@2", "--json", out, "--plot", png,
             "--threads", "2")
     assert r.returncode == 0, r.stderr
     assert "[2/2" in r.stderr  # progress while it runs
     assert "code_edit" in r.stdout and "acceptance by position" in r.stdout and "T_v(m)" in r.stdout
     data = json.loads(out.read_text())
     assert data["command"].startswith("edgespec bench") and data["build"] and data["machine"]["cores"]
-    assert set(data["rows"]) == {"plain", "draft:3", "draft", "lookup", "hybrid"}
+    assert set(data["rows"]) == {"plain", "draft:3", "draft", "lookup", "hybrid", "lookup@2"}
+    assert data["rows"]["lookup"]["overall"]["tree_rounds"] == 0  # the other modes stay chains on a tree context
     for mode, by_cat in data["rows"].items():
         o = by_cat["overall"]
         assert set(by_cat) == {"code_edit", "multiturn", "overall"}

@@ -34,3 +34,13 @@ def test_fallback_rounds_count_a_chain_part_that_was_off():
     for reason in ("fallback", "free+fallback", "free+cost", "probe", "free+fallback"):
         s.add_round(RoundRecord(0, 0, 1, 0.1, 0.1, reason))
     assert s.fallback_rounds == 3
+
+
+def test_a_tree_round_counts_its_depth_by_position_and_its_path_by_proposer():
+    s = GenerationStats()
+    # a chain of 3 drafted tokens with 2 second-choice leaves: 5 nodes, 3 positions; a leaf passed at position 2
+    s.add_round(RoundRecord(5, 2, 3, 0.1, 0.1, "cost+tree", ("draft",) * 5, depth=3,
+                            accepted_sources=("draft", "draft")))
+    s.add_round(RoundRecord(2, 1, 2, 0.1, 0.1, "tree", ("lookup", "lookup"), depth=1, accepted_sources=("lookup",)))
+    assert s.drafted_at == [2, 1, 1] and s.accepted_at == [2, 1, 0] and s.tested_at == [2, 1, 1]
+    assert s.drafted_by_source == {"draft": 5, "lookup": 2} and s.accepted_by_source == {"draft": 2, "lookup": 1}

@@ -3,6 +3,7 @@ Every decode appends to the token list and every removal is checked, so callers 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -46,9 +47,11 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 class Context(_Context):
-    """One KV cache (sequence 0) of a model, with the list of tokens it holds."""
+    """One KV cache (sequence 0) of a model, with the list of tokens it holds. branches > 1: it can also decode a
+    verification tree of up to that many leaves (decode_tree), its cells shared by the branches through them."""
 
-    def __init__(self, model: Model, n_ctx: int = 4096, n_threads: int | None = None, n_batch: int = 512) -> None:
+    def __init__(self, model: Model, n_ctx: int = 4096, n_threads: int | None = None, n_batch: int = 512,
+                 branches: int = 1) -> None:
         self.model = model
         self._ptr = None
         model._open()
@@ -57,7 +60,8 @@ class Context(_Context):
         params = ll.llama_context_default_params()
         params.n_ctx = n_ctx
         params.n_batch = params.n_ubatch = min(n_batch, n_ctx)
-        params.n_seq_max = 1
+        params.n_seq_max = self.branches = max(1, branches)
+        params.kv_unified = self.branches > 1  # a cell may belong to several sequences only in a unified cache
         params.n_threads = params.n_threads_batch = threads
         self._ptr = ll.llama_init_from_model(model._ptr, params)
         if not self._ptr:
@@ -65,9 +69,10 @@ class Context(_Context):
         self._mem = ll.llama_get_memory(self._ptr)
         self.n_ctx: int = ll.llama_n_ctx(self._ptr)
         self.n_batch: int = min(n_batch, n_ctx)
-        self._batch = ll.llama_batch_init(self.n_batch, 0, 1)
+        self._batch = ll.llama_batch_init(self.n_batch, 0, self.branches)
         self.tokens: list[int] = []
         self.llama_s = 0.0  # wall time spent inside llama.cpp calls, for the overhead figure
+        self._tree: _Pending | None = None  # a decoded tree waiting for keep_path()
 
     @property
     def room(self) -> int:
@@ -79,6 +84,7 @@ class Context(_Context):
         Only the rows asked for are computed, which is what makes a batched verify cheap in memory.
         """
         self._open()
+        self._settle()
         if len(tokens) > self.room:
             raise ContextOverflowError(
                 f"{len(self.tokens) + len(tokens)} tokens do not fit in the {self.n_ctx}-token context; "
@@ -119,8 +125,110 @@ class Context(_Context):
             self.llama_s += time.perf_counter() - t0
         return out
 
+    def decode_tree(self, root: int, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray:
+        """Append root and, below it, a tree of tokens (parents[i]: -1 for the root, else an earlier node) in one
+        decode, each node seeing the cache, the root and its own ancestors only: a llama.cpp sequence per leaf, a
+        cell carrying the sequence of every branch through it (the cache's own tokens are lent to the branches for
+        the call). Returns the logits of the root and of every node, in that order. The cache then holds the whole
+        tree until keep_path() keeps one path of it; any other use of the cache first drops the tree."""
+        self._open()
+        self._settle()
+        n = len(tokens)
+        kids = [0] * n
+        for i, p in enumerate(parents):
+            if not -1 <= p < i:
+                raise EdgespecError(f"tree node {i} has parent {p}: a parent must be an earlier node or -1")
+            if p >= 0:
+                kids[p] += 1
+        leaves = [i for i in range(n) if kids[i] == 0]
+        if len(leaves) > self.branches:
+            raise EdgespecError(f"a tree of {len(leaves)} branches needs a context made with branches >= "
+                                f"{len(leaves)}, this one has {self.branches}")
+        if n + 1 > min(self.room, self.n_batch):
+            raise ContextOverflowError(f"a tree of {n} tokens does not fit in the context (room {self.room}) or "
+                                       f"one batch ({self.n_batch})")
+        seqs: list[set[int]] = [set() for _ in range(n)]
+        for b, leaf in enumerate(leaves):
+            node = leaf
+            while node >= 0:
+                seqs[node].add(b)
+                node = parents[node]
+        depth = [0] * n
+        for i, p in enumerate(parents):
+            depth[i] = 1 if p < 0 else depth[p] + 1
+        base = len(self.tokens)
+        out = np.empty((n + 1, self.model.n_vocab), dtype=np.float32)
+        b = self._batch
+        t0 = time.perf_counter()
+        self._tree = _Pending(base, max(1, len(leaves)), list(tokens), list(parents), seqs)
+        self.tokens.append(root)
+        try:
+            for s in range(1, len(leaves)):
+                ll.llama_memory_seq_cp(self._mem, 0, s, -1, -1)  # the branches see the cache (cells shared)
+            rows = [(root, base, range(max(1, len(leaves))))] + \
+                   [(tokens[i], base + depth[i], sorted(seqs[i])) for i in range(n)]
+            for j, (tok, pos, ids) in enumerate(rows):
+                b.token[j], b.pos[j], b.logits[j] = tok, pos, True
+                b.n_seq_id[j] = len(ids)
+                for k, s in enumerate(ids):
+                    b.seq_id[j][k] = s
+            b.n_tokens = n + 1
+            rc = ll.llama_decode(self._ptr, b)
+            if rc != 0:
+                raise BackendError(f"llama_decode failed with code {rc}: {_last_error()}")
+            for j in range(n + 1):
+                out[j] = np.ctypeslib.as_array(ll.llama_get_logits_ith(self._ptr, j), shape=(self.model.n_vocab,))
+        except BaseException:
+            self._drop_tree(keep_root=False)
+            raise
+        finally:
+            self.llama_s += time.perf_counter() - t0
+        return out
+
+    def keep_path(self, path: Sequence[int]) -> None:
+        """After decode_tree: keep the root and the nodes of `path` (from a child of the root down, each the child
+        of the one before), remove every other node's cells and the branches' sequences (results checked)."""
+        tree = self._tree
+        if tree is None:
+            raise EdgespecError("keep_path() needs a tree decoded by decode_tree() first")
+        for i, node in enumerate(path):
+            if not 0 <= node < len(tree.tokens) or tree.parents[node] != (path[i - 1] if i else -1):
+                self._drop_tree()
+                raise EdgespecError(f"{list(path)} is not a path from the root of the decoded tree")
+        t0 = time.perf_counter()
+        first, n = tree.base + 1, len(path)
+        branch = min(tree.seqs[path[-1]]) if path else 0
+        if branch:  # the path is not sequence 0's own: sequence 0 takes the path's cells instead of its own
+            ok = ll.llama_memory_seq_rm(self._mem, 0, first, -1)
+            ll.llama_memory_seq_cp(self._mem, branch, 0, first, first + n)
+        else:
+            ok = ll.llama_memory_seq_rm(self._mem, 0, first + n, -1)
+        for s in range(1, tree.branches):
+            ok = ll.llama_memory_seq_rm(self._mem, s, -1, -1) and ok
+        self._tree = None
+        self.llama_s += time.perf_counter() - t0
+        if not ok:
+            self.clear()
+            raise BackendError(f"llama.cpp could not remove a verification tree from the cache of {self.model.path}")
+        self.tokens.extend(tree.tokens[i] for i in path)
+
+    def _settle(self) -> None:
+        """A tree left undecided (an error between decode_tree and keep_path): drop it, keep the root."""
+        if self._tree is not None:
+            self._drop_tree()
+
+    def _drop_tree(self, keep_root: bool = True) -> None:
+        tree, self._tree = self._tree, None
+        ok = ll.llama_memory_seq_rm(self._mem, 0, tree.base + keep_root, -1)
+        for s in range(1, tree.branches):
+            ok = ll.llama_memory_seq_rm(self._mem, s, -1, -1) and ok
+        del self.tokens[tree.base + keep_root:]
+        if not ok:
+            self.clear()
+
     def truncate(self, n: int) -> None:
         """Keep the first n tokens of the cache, drop the rest (llama_memory_seq_rm, result checked)."""
+        self._settle()
         if n >= len(self.tokens):
             return
         self._open()
@@ -137,6 +245,7 @@ class Context(_Context):
         self._open()
         ll.llama_memory_clear(self._mem, True)
         self.tokens.clear()
+        self._tree = None
 
     def sync(self, seq: Sequence[int]) -> int:
         """Make the cache hold exactly seq, keeping the prefix it already shares with seq; returns tokens decoded."""
@@ -147,6 +256,17 @@ class Context(_Context):
 
     def common_prefix(self, seq: Sequence[int]) -> int:
         return common_prefix(self.tokens, seq)
+
+
+@dataclass
+class _Pending:
+    """A tree decode_tree() put in the cache: where its root is, its shape and each node's branches."""
+
+    base: int
+    branches: int
+    tokens: list[int]
+    parents: list[int]
+    seqs: list[set[int]]
 
 
 class SeqContext(_Context):

@@ -23,6 +23,11 @@ class Proposal:
     sources: list[str] = field(default_factory=list)  # who proposed each token: "draft", "lookup"
     # What kind of proposal this is, for acceptance kept apart by kind (a lookup's match length); None: one kind.
     key: object = None
+    # A verification tree (tree.py): node i's parent (-1: the text's last token); None: a chain
+    parents: list[int] | None = None
+    # A draft model's second choice at each drafted position, drawn without the token it drafted, and the q that
+    # choice was drawn from (None: greedy), for a verification tree's sibling leaves; None: not asked for
+    alternatives: list[tuple[int, np.ndarray | None]] | None = None
 
 
 EMPTY = Proposal([])

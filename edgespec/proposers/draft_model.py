@@ -8,6 +8,7 @@ import numpy as np
 
 from ..backend import Context
 from ..sampling import SamplingConfig, probabilities, sample
+from ..tree import without
 from . import Proposal
 
 
@@ -31,7 +32,10 @@ class DraftModelProposer:
             self.ctx.sync(seq[:-1])
 
     def propose(self, seq: Sequence[int], k: int, sampling: SamplingConfig, rng: np.random.Generator,
-                guide=None) -> Proposal:
+                guide=None, alternatives: bool = False) -> Proposal:
+        """alternatives: also a second choice at each position (Proposal.alternatives), for a verification tree:
+        greedy, the best token other than the one drafted; sampling, a draw from q without it (tree.without),
+        which is the q that choice carries."""
         k = min(k, self.ctx.n_ctx - len(seq) + 1)  # seq plus k-1 drafted tokens must fit in the draft's cache
         if k <= 0:
             return Proposal([])
@@ -44,6 +48,7 @@ class DraftModelProposer:
         logits = self.ctx.decode(seq[-1:], [0])[0]
         tokens: list[int] = []
         qs: list[np.ndarray] = []
+        alts: list[tuple[int, np.ndarray | None]] = []
         model = self.ctx.model
         pushed = 0
         try:
@@ -56,12 +61,19 @@ class DraftModelProposer:
                     tok = int(np.argmax(logits))
                     if self.p_min > 0 and _top_probability(logits) < self.p_min:
                         break
+                    if alternatives:
+                        second = logits.copy()
+                        second[tok] = -np.inf
+                        alts.append((int(np.argmax(second)), None))
                 else:
                     q = probabilities(logits, sampling)
                     if self.p_min > 0 and q.max() < self.p_min:
                         break
                     tok = sample(q, rng)
                     qs.append(self._fit(q))
+                    if alternatives:
+                        rest = without(q, [tok])
+                        alts.append((sample(rest, rng), self._fit(rest)) if rest.any() else (-1, None))
                 tokens.append(tok)
                 if i == k - 1 or model.is_eog(tok):
                     break  # nothing is worth drafting past the end of the text
@@ -72,7 +84,7 @@ class DraftModelProposer:
         finally:
             if pushed:
                 guide.pop(pushed)
-        return Proposal(tokens, qs or None, ["draft"] * len(tokens))
+        return Proposal(tokens, qs or None, ["draft"] * len(tokens), alternatives=alts if alternatives else None)
 
     def _fit(self, q: np.ndarray) -> np.ndarray:
         if len(q) == self.n_vocab:

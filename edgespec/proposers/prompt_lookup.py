@@ -11,7 +11,10 @@ from typing import Sequence
 import numpy as np
 
 from ..sampling import SamplingConfig
+from ..tree import Tree
 from . import Proposal, WithoutModel
+
+EARLIER = 3  # earlier occurrences remembered per n-gram, besides the latest: the other branches of a tree
 
 
 class PromptLookupProposer(WithoutModel):
@@ -23,9 +26,10 @@ class PromptLookupProposer(WithoutModel):
         self.n_max, self.n_min = n_max, n_min
         self._seq: list[int] = []
         self._index: dict[tuple[int, ...], int] = {}  # n-gram -> end position of its latest earlier occurrence
+        self._earlier: dict[tuple[int, ...], list[int]] = {}  # ... and of a few before it, oldest first
 
     def begin(self, seq: Sequence[int]) -> None:
-        self._seq, self._index = [], {}
+        self._seq, self._index, self._earlier = [], {}, {}
         self._extend(seq)
 
     def _extend(self, seq: Sequence[int]) -> None:
@@ -35,7 +39,13 @@ class PromptLookupProposer(WithoutModel):
         s = self._seq
         for end in range(max(start, 1), len(s)):  # n-grams ending at `end` (exclusive) are followed by s[end]
             for n in range(self.n_min, min(self.n_max, end) + 1):
-                self._index[tuple(s[end - n:end])] = end
+                gram = tuple(s[end - n:end])
+                before = self._index.get(gram)
+                if before is not None:  # an earlier occurrence: another continuation for a verification tree
+                    older = self._earlier.setdefault(gram, [])
+                    older.append(before)
+                    del older[:-EARLIER]
+                self._index[gram] = end
 
     def match(self, k: int) -> tuple[list[int], int]:
         """Up to k tokens continuing the longest n-gram suffix seen before, and that n (0: no match)."""
@@ -46,10 +56,36 @@ class PromptLookupProposer(WithoutModel):
                 return s[end:end + k], n
         return [], 0
 
+    def match_tree(self, k: int, width: int) -> tuple[Tree, int]:
+        """The continuations (up to k tokens each) of the longest n-gram suffix seen before, most recent first,
+        then those of shorter suffixes, as a tree of up to `width` branches (shared beginnings shared), and the
+        longest n (0: no match). Its first branch is match()'s proposal."""
+        s, tree, longest = self._seq, Tree(), 0
+        for n in range(min(self.n_max, len(s)), self.n_min - 1, -1):
+            gram = tuple(s[-n:])
+            end = self._index.get(gram)
+            if end is None:
+                continue
+            longest = longest or n
+            for e in [end, *reversed(self._earlier.get(gram, ()))]:
+                wider = tree.copy()
+                wider.add_path(-1, s[e:e + k], "lookup")
+                if len(wider.leaves()) <= width:
+                    tree = wider
+        return tree, longest
+
     def propose(self, seq: Sequence[int], k: int, sampling: SamplingConfig, rng: np.random.Generator,
                 guide=None) -> Proposal:
         self._extend(seq)
         tokens, n = self.match(k) if k > 0 else ([], 0)
         # A longer match is a better guess: the engine keeps acceptance per match length.
         return Proposal(tokens, None, ["lookup"] * len(tokens), key=f"lookup:{n}")
+
+    def propose_tree(self, seq: Sequence[int], k: int, width: int) -> Proposal:
+        """Up to `width` distinct continuations of the longest match, k tokens deep, as one proposal whose
+        `parents` give its shape (a chain where there is one continuation)."""
+        self._extend(seq)
+        tree, n = self.match_tree(k, width) if k > 0 else (Tree(), 0)
+        return Proposal(tree.tokens, None, tree.sources, key=f"lookup:{n}",
+                        parents=None if tree.is_chain else tree.parents)
 

@@ -1,0 +1,218 @@
+"""Verification trees through the real loop: prompt lookup offering several continuations, checked in one target
+decode. Greedy output is the target's own (tiny model; SmolLM2 in F16 exactly), sampling keeps the target's
+distribution, and the cache after many tree rounds equals a fresh decode."""
+import numpy as np
+import pytest
+
+import edgespec
+from edgespec import SamplingConfig
+from edgespec.backend import Context, Model
+from edgespec.proposers import PromptLookupProposer
+from conftest import PROMPTS
+from identity import assert_identical_or_near_tie
+from stats_util import assert_follows, exact_first_two
+from test_proposers_engine import FixedCosts
+
+# texts whose n-grams are followed by different continuations in different places
+BRANCHING = ["the cat sat. the dog ran. the cat ran. the dog sat. the", "ab ac ad ab ac ad ab ae ab",
+             "x = 1\ny = 2\nx = 3\ny = 4\nx =", "red blue, red green, red blue, red", "1 2 3 1 2 4 1 2 5 1 2",
+             # random letters from a small alphabet: every short n-gram has several continuations
+             *(" ".join(np.random.default_rng(s).choice(list("abc"), 80)) for s in range(4))]
+
+
+class Trees:
+    """Counts the tree decodes of a context (and checks each tree's size)."""
+
+    def __init__(self, ctx, monkeypatch):
+        self.calls, self.nodes = 0, 0
+        real = ctx.decode_tree
+
+        def counting(root, tokens, parents):
+            self.calls += 1
+            self.nodes += len(tokens)
+            return real(root, tokens, parents)
+
+        monkeypatch.setattr(ctx, "decode_tree", counting)
+
+
+def tree_engine(path, verify=lambda m: 1.0, width=4, n_ctx=1024):
+    """Lookup alone, adaptive, its costs fixed: a verify of any size costs one step (memory-bound), so the whole
+    tree is worth verifying."""
+    t = Model(path)
+    cost = FixedCosts(verify_s={m: verify(m) for m in range(1, 40)}, draft_s=0.0)
+    return edgespec.Engine(Context(t, n_ctx, branches=width), PromptLookupProposer(), 8, True, cost, tree_width=width)
+
+
+def test_greedy_identity_with_trees(tiny_pair, monkeypatch):
+    e = tree_engine(tiny_pair[0])
+    trees = Trees(e.target, monkeypatch)
+    for prompt in PROMPTS + BRANCHING:
+        tokens = e.tokenize(prompt)
+        plain = e.generate(tokens, max_tokens=48, speculative=False)
+        spec = e.generate(tokens, max_tokens=48)
+        assert_identical_or_near_tie(e.model, tokens, plain.tokens, spec.tokens, 8, trees=True)
+    e.close()
+    assert trees.calls >= 10 and trees.nodes > 3 * trees.calls  # (the tiny model soon loops: most rounds chains)
+
+
+def test_the_cache_after_many_tree_rounds_equals_a_fresh_decode(tiny_pair, monkeypatch):
+    e = tree_engine(tiny_pair[0], n_ctx=2048)
+    trees = Trees(e.target, monkeypatch)
+    seq = []
+    for prompt in BRANCHING * 2:  # one growing text: each turn keeps the cache the tree rounds before it left
+        seq += e.tokenize(prompt)
+        seq += e.generate(seq, max_tokens=24).tokens
+    assert trees.calls >= 10
+    held = list(e.target.tokens)
+    got = e.target.decode([42], [0])[0]
+    fresh = Context(e.model, n_ctx=2048)
+    fresh.decode(held)
+    expected = fresh.decode([42], [0])[0]
+    fresh.close(), e.close()
+    assert np.abs(got - expected).max() < 1e-2  # an F16 cache rounds batches of other shapes (~2e-3)
+
+
+def test_sampled_first_two_tokens_follow_the_target_with_trees(tiny_pair, monkeypatch):
+    e = tree_engine(tiny_pair[0])
+    trees = Trees(e.target, monkeypatch)
+    cfg = dict(temperature=1.0, top_k=5, top_p=1.0, min_p=0.0)
+    # token ids: ";=>" followed by 187, 205 and 139 in turn, then ";=>" again: lookup offers three continuations,
+    # and the tiny target gives their first tokens 0.06, 0.40 and 0.39 (top-5 sampling): every sibling matters
+    prompt = [59, 61, 62, 187, 59, 61, 62, 205, 59, 61, 62, 139, 59, 61, 62]
+    joint = exact_first_two(e.model, prompt, SamplingConfig(**cfg))
+    outcomes = list(joint)
+    counts = np.zeros(len(outcomes))
+    for seed in range(3000):
+        r = e.generate(prompt, max_tokens=4, sampling=SamplingConfig(**cfg, seed=seed))
+        first = tuple(r.tokens[:2])
+        assert first in joint
+        counts[outcomes.index(first)] += 1
+    e.close()
+    assert trees.calls >= 3000  # the first round of every generation is a tree
+    assert_follows(counts, np.array([joint[o] for o in outcomes]))
+
+
+def test_a_compute_bound_target_verifies_no_more_than_pays(tiny_pair, monkeypatch):
+    # each verify row costs as much as a step: no proposal can pay, so the tree is cut to nothing (a plain step)
+    # but for the occasional one-deep recheck
+    e = tree_engine(tiny_pair[0], verify=lambda m: float(m))
+    trees = Trees(e.target, monkeypatch)
+    for prompt in BRANCHING:
+        tokens = e.tokenize(prompt)
+        assert e.generate(tokens, max_tokens=40).tokens == e.generate(tokens, max_tokens=40, speculative=False).tokens
+    e.close()
+    assert trees.calls == 0
+
+
+def test_a_tree_wider_than_the_context_allows_is_refused(tiny_pair):
+    t = Model(tiny_pair[0])
+    with pytest.raises(edgespec.EdgespecError, match="branches"):
+        edgespec.Engine(Context(t, 256), PromptLookupProposer(), tree_width=4)
+    with pytest.raises(edgespec.EdgespecError, match="tree width"):
+        edgespec.Engine.load(tiny_pair[0], lookup=True, tree_width=0)
+    t.close()
+
+
+def test_smollm_f16_greedy_with_trees_equals_plain_exactly(smollm_f16, monkeypatch):
+    e = tree_engine(smollm_f16, n_ctx=2048)
+    trees = Trees(e.target, monkeypatch)
+    prompts = ["List the planets in order, one per line, twice: first as written, then in reverse.",
+               "Write a Python function that checks whether a string is a palindrome, then a version for lists.",
+               "Repeat after me: the red fox ran, the red hen sat, the red fox sat, the red hen ran."]
+    for prompt in prompts:
+        tokens = e.tokenize(prompt, chat_format=True)
+        plain = e.generate(tokens, max_tokens=64, speculative=False)
+        spec = e.generate(tokens, max_tokens=64)
+        assert spec.tokens == plain.tokens, prompt
+    e.close()
+    assert trees.calls >= 5
+
+
+
+def draft_tree_engine(target, draft, width=3, n_ctx=1024, lookup=False):
+    """A draft model (alone, or behind lookup) with trees on: rows cost almost nothing, so its second choices are
+    worth verifying as sibling leaves."""
+    from edgespec.proposers import DraftModelProposer, HybridProposer
+
+    t, d = Model(target), Model(draft)
+    dm = DraftModelProposer(Context(d, n_ctx), t.n_vocab)
+    proposer = HybridProposer(dm, PromptLookupProposer()) if lookup else dm
+    verify = {m: 1.0 + 0.01 * (m - 1) for m in range(1, 40)}
+    e = edgespec.Engine(Context(t, n_ctx, branches=width), proposer, 4, True,
+                        FixedCosts(verify_s=verify, draft_s=0.0 if lookup else 0.01), tree_width=width)
+    e.policy(dm).cost = FixedCosts(verify_s=verify, draft_s=0.01)
+    return e
+
+
+def leaf_rounds(stats):
+    return sum(n for why, n in stats.rounds_by_reason.items() if "tree" in why.split("+"))
+
+
+@pytest.mark.parametrize("lookup", [False, True])
+def test_greedy_identity_with_the_draft_models_second_choices(tiny_pair, lookup):
+    e = draft_tree_engine(*tiny_pair, lookup=lookup)
+    trees = 0
+    for prompt in PROMPTS + BRANCHING:
+        tokens = e.tokenize(prompt)
+        plain = e.generate(tokens, max_tokens=40, speculative=False)
+        spec = e.generate(tokens, max_tokens=40)
+        assert_identical_or_near_tie(e.model, tokens, plain.tokens, spec.tokens, 8, trees=True)
+        trees += leaf_rounds(spec.stats)
+    e.close()
+    assert trees >= 50
+
+
+def sampled_first_two(e, rounds=8000):
+    cfg = dict(temperature=1.0, top_k=5, top_p=1.0, min_p=0.0)
+    prompt = e.tokenize("Once upon a time")
+    joint = exact_first_two(e.model, prompt, SamplingConfig(**cfg))
+    outcomes = list(joint)
+    counts = np.zeros(len(outcomes))
+    trees = 0
+    for seed in range(rounds):
+        r = e.generate(prompt, max_tokens=4, sampling=SamplingConfig(**cfg, seed=seed))
+        first = tuple(r.tokens[:2])
+        assert first in joint
+        counts[outcomes.index(first)] += 1
+        trees += leaf_rounds(r.stats)
+    return counts, np.array([joint[o] for o in outcomes]), trees
+
+
+def test_sampled_with_the_draft_models_second_choices_follows_the_target(tiny_pair):
+    e = draft_tree_engine(*tiny_pair)
+    counts, expected, trees = sampled_first_two(e)
+    e.close()
+    assert trees >= 5000
+    assert_follows(counts, expected)
+
+
+def test_the_check_catches_a_second_choice_that_carries_the_draft_models_own_q(tiny_pair, monkeypatch):
+    """Negative control: the second choice drawn from the draft's own q (a draw equal to the first is dropped, so
+    in effect drawn without it) and verified against that q, not the renormalized one."""
+    import edgespec.proposers.draft_model as dm
+    from stats_util import chi2_critical, chi2_stat
+
+    monkeypatch.setattr(dm, "without", lambda q, removed: q)
+    e = draft_tree_engine(*tiny_pair)
+    counts, expected, trees = sampled_first_two(e)
+    e.close()
+    stat, df = chi2_stat(counts, expected)
+    assert trees >= 5000 and stat > chi2_critical(df)
+
+
+def test_smollm_f16_with_second_choices_equals_plain_exactly(smollm_f16):
+    from edgespec import default_model
+
+    for lookup in (False, True):
+        e = draft_tree_engine(smollm_f16, default_model.path(), n_ctx=2048, lookup=lookup)
+        trees = 0
+        prompts = ["List the planets in order, one per line.", "Explain in two sentences why the sky is blue.",
+                   "Write a Python function that reverses a list."]
+        for prompt in prompts:
+            tokens = e.tokenize(prompt, chat_format=True)
+            plain = e.generate(tokens, max_tokens=48, speculative=False)
+            spec = e.generate(tokens, max_tokens=48)
+            assert spec.tokens == plain.tokens, (prompt, lookup)
+            trees += leaf_rounds(spec.stats)
+        e.close()
+        assert trees >= 10, lookup
