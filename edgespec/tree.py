@@ -29,6 +29,7 @@ them is drawn with their tokens removed too.
 """
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -189,19 +190,28 @@ def node_values(tree: Tree, accept: Callable[[int], float]) -> list[float]:
     return values
 
 
-def best_subtree(values: Sequence[float], t_verify: Callable[[int], float]) -> list[int]:
-    """The nodes worth verifying: of the m most likely to pass (a parent is never less likely than its child, so
-    they form a tree with the root), the m with the least expected verify time per token, T_v(m + 1) / (1 + the
-    chance-weighted count of accepted nodes); m = 0 is a plain step. The selection must not depend on which tokens
-    were sampled (only on ranks and depths): a sampled sibling's q is valid whatever else is cut."""
-    order = sorted(range(len(values)), key=lambda i: (-values[i], i))
-    best, best_cost, expected = 0, t_verify(1), 1.0
-    for m, i in enumerate(order, 1):
-        expected += values[i]
-        cost = t_verify(m + 1) / expected
+def best_subtree(tree: Tree, values: Sequence[float], t_verify: Callable[[int], float]) -> list[int]:
+    """The nodes worth verifying. Grown from the root one node at a time, always the likeliest to pass (values)
+    among the next candidates: the first child of a node taken, or the next sibling of one (so the tree verified
+    keeps the proposer's order of siblings); of the trees so grown, the one of m nodes with the least expected
+    verify time per token, T_v(m + 1) / (1 + the sum of their chances); m = 0 is a plain step. The selection must
+    not depend on which tokens were drawn (only on positions, ranks and measured acceptance): a sampled sibling's
+    q is valid whatever else is cut."""
+    kids = _children(tree)
+    frontier = [(-values[c], c) for c in kids.get(-1, ())[:1]]
+    taken, best, best_cost, expected = [], 0, t_verify(1), 1.0
+    while frontier:
+        _, node = heapq.heappop(frontier)
+        taken.append(node)
+        expected += values[node]
+        cost = t_verify(len(taken) + 1) / expected
         if cost < best_cost:
-            best, best_cost = m, cost
-    return sorted(order[:best])
+            best, best_cost = len(taken), cost
+        siblings = kids[tree.parents[node]]
+        nxt = siblings.index(node) + 1
+        for c in ([siblings[nxt]] if nxt < len(siblings) else []) + kids.get(node, [])[:1]:
+            heapq.heappush(frontier, (-values[c], c))
+    return sorted(taken[:best])
 
 
 def worthwhile_leaves(chain: Sequence[float], leaves: Sequence[float], t_verify: Callable[[int], float],

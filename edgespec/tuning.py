@@ -381,7 +381,7 @@ class DraftLength:
             return tree
         depth, rank = tree.shape()
         along, alt = c.acceptances(max(depth)), self.alternatives.acceptances(max(rank) + 1)
-        kept = best_subtree(node_values(tree, lambda i: alt[rank[i] - 1] if rank[i] else along[depth[i] - 1]),
+        kept = best_subtree(tree, node_values(tree, lambda i: alt[rank[i] - 1] if rank[i] else along[depth[i] - 1]),
                             c.t_verify)
         if not kept and self.keep(1, key) == 1:  # declined: verified one deep now and then all the same
             kept = [0]

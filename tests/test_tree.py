@@ -162,12 +162,22 @@ def test_node_values_multiply_down_the_tree_and_across_failed_siblings():
 
 
 def test_best_subtree_keeps_what_pays_for_its_rows():
-    values = [0.9, 0.8, 0.1, 0.05]  # a likely chain of two, two long shots
-    flat = best_subtree(values, lambda m: 1.0)  # rows cost nothing: verify everything
-    assert flat == [0, 1, 2, 3]
-    steep = best_subtree(values, lambda m: 1.0 + 0.3 * (m - 1))  # each row 30% of a step: the long shots do not pay
-    assert steep == [0, 1]
-    assert best_subtree(values, lambda m: float(m)) == []  # a row costs a step: nothing pays
+    t = Tree()
+    t.add_path(-1, [1, 2])  # a likely chain of two ...
+    t.add(-1, 3)  # ... and two long shots beside it
+    t.add(0, 4)
+    values = [0.9, 0.8, 0.1, 0.05]
+    assert best_subtree(t, values, lambda m: 1.0) == [0, 1, 2, 3]  # rows cost nothing: verify everything
+    assert best_subtree(t, values, lambda m: 1.0 + 0.3 * (m - 1)) == [0, 1]  # 30% of a step a row: not the shots
+    assert best_subtree(t, values, lambda m: float(m)) == []  # a row costs a step: nothing pays
+
+
+def test_best_subtree_keeps_the_proposers_order_of_siblings():
+    t = Tree()
+    t.add(-1, 1)
+    t.add(-1, 2)  # a second sibling the estimates rate above the first
+    assert best_subtree(t, [0.1, 0.5], lambda m: 1.0 + 0.01 * (m - 1)) == [0, 1]  # not the second alone
+    assert best_subtree(t, [0.1, 0.5], lambda m: float(m) * 0.7 + 0.3) == []
 
 
 def test_a_kept_subtree_is_renumbered_with_its_parents():
