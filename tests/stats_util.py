@@ -70,3 +70,21 @@ def exact_first_two_guided(engine, prompt, cfg, constraint=None) -> dict:
             joint[(int(a), int(b))] = p1[a] * p2[b]
     ctx.close()
     return joint
+
+
+def first_two_counts(engine, prompt, cfg: dict, rounds: int, each=None, **kwargs) -> tuple[np.ndarray, np.ndarray]:
+    """Sample `rounds` generations (seeds 0..rounds-1) and count their first two tokens; returns the counts and
+    the target alone's exact probabilities of the same pairs. each(result): called on every generation."""
+    from edgespec import SamplingConfig
+
+    joint = exact_first_two(engine.model, prompt, SamplingConfig(**cfg))
+    outcomes = list(joint)
+    counts = np.zeros(len(outcomes))
+    for seed in range(rounds):
+        r = engine.generate(prompt, sampling=SamplingConfig(**cfg, seed=seed), **kwargs)
+        first = tuple(r.tokens[:2])
+        assert first in joint, f"impossible pair {first}"
+        counts[outcomes.index(first)] += 1
+        if each is not None:
+            each(r)
+    return counts, np.array([joint[o] for o in outcomes])

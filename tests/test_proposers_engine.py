@@ -3,12 +3,12 @@ import numpy as np
 import pytest
 
 import edgespec
-from edgespec import SamplingConfig
 from edgespec.tuning import CostModel
 from conftest import PROMPTS
 from identity import assert_identical_or_near_tie
-from stats_util import assert_follows, exact_first_two
+from stats_util import assert_follows, first_two_counts
 
+TOP5 = dict(temperature=1.0, top_k=5, top_p=1.0, min_p=0.0)
 REPEATING = ["the cat the cat the cat the", "abc abc abc abc ab", "def f(x):\n    return x\ndef g(x):\n    return",
              "1, 2, 3, 1, 2, 3, 1, 2,"]
 
@@ -58,20 +58,12 @@ def test_hybrid_reports_accepted_tokens_by_source(hybrid_engine):
 @pytest.mark.parametrize("kind", ["lookup", "hybrid"])
 def test_sampled_first_two_tokens_follow_the_target(request, kind):
     engine = request.getfixturevalue(f"{kind}_engine")
-    cfg = dict(temperature=1.0, top_k=5, top_p=1.0, min_p=0.0)
-    prompt = engine.tokenize("abc abc abc abc ab")
-    joint = exact_first_two(engine.model, prompt, SamplingConfig(**cfg))
-    outcomes = list(joint)
-    counts = np.zeros(len(outcomes))
-    drafted = 0
-    for seed in range(3000):
-        r = engine.generate(prompt, max_tokens=6, draft_max=4, adaptive=False, sampling=SamplingConfig(**cfg, seed=seed))
-        first = tuple(r.tokens[:2])  # with room for 4 drafts, not only the first position is tested
-        assert first in joint
-        counts[outcomes.index(first)] += 1
-        drafted += r.stats.n_drafted
-    assert drafted >= 3000  # every round had a lookup match to accept or reject
-    assert_follows(counts, np.array([joint[o] for o in outcomes]))
+    drafted = []
+    # with room for 4 drafts (max_tokens 6), not only the first position is tested
+    counts, expected = first_two_counts(engine, engine.tokenize("abc abc abc abc ab"), TOP5, 3000, max_tokens=6,
+                                        draft_max=4, adaptive=False, each=lambda r: drafted.append(r.stats.n_drafted))
+    assert sum(drafted) >= 3000  # every round had a lookup match to accept or reject
+    assert_follows(counts, expected)
 
 
 class FixedCosts(CostModel):
@@ -159,22 +151,12 @@ def test_sampled_first_two_tokens_follow_the_target_with_the_adaptive_chain(tiny
     e = edgespec.Engine(Context(t, 1024), HybridProposer(draft, lookup), 4, True,
                         FixedCosts(verify_s=verify, draft_s=0.0))
     e.policy(draft).cost = FixedCosts(verify_s=verify, draft_s=0.05)
-    cfg = dict(temperature=1.0, top_k=5, top_p=1.0, min_p=0.0)
-    prompt = e.tokenize("abc abc abc abc ab")
-    joint = exact_first_two(e.model, prompt, SamplingConfig(**cfg))
-    outcomes = list(joint)
-    counts = np.zeros(len(outcomes))
-    reasons = {}
-    for seed in range(3000):
-        r = e.generate(prompt, max_tokens=6, sampling=SamplingConfig(**cfg, seed=seed))
-        first = tuple(r.tokens[:2])
-        assert first in joint
-        counts[outcomes.index(first)] += 1
-        for why, n in r.stats.rounds_by_reason.items():
-            reasons[why] = reasons.get(why, 0) + n
+    reasons = set()
+    counts, expected = first_two_counts(e, e.tokenize("abc abc abc abc ab"), TOP5, 3000, max_tokens=6,
+                                        each=lambda r: reasons.update(r.stats.rounds_by_reason))
     e.close()
     assert any(why.startswith("free+") for why in reasons)  # lookup free, the draft model by its own costs
-    assert_follows(counts, np.array([joint[o] for o in outcomes]))
+    assert_follows(counts, expected)
 
 
 def test_catching_up_is_not_counted_as_the_cost_of_drafting(tiny_pair):

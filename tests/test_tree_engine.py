@@ -5,14 +5,14 @@ import numpy as np
 import pytest
 
 import edgespec
-from edgespec import SamplingConfig
 from edgespec.backend import Context, Model
 from edgespec.proposers import PromptLookupProposer
 from conftest import PROMPTS
 from identity import assert_identical_or_near_tie
-from stats_util import assert_follows, exact_first_two
+from stats_util import assert_follows, first_two_counts
 from test_proposers_engine import FixedCosts
 
+TOP5 = dict(temperature=1.0, top_k=5, top_p=1.0, min_p=0.0)
 # texts whose n-grams are followed by different continuations in different places
 BRANCHING = ["the cat sat. the dog ran. the cat ran. the dog sat. the", "ab ac ad ab ac ad ab ae ab",
              "x = 1\ny = 2\nx = 3\ny = 4\nx =", "red blue, red green, red blue, red", "1 2 3 1 2 4 1 2 5 1 2",
@@ -75,21 +75,13 @@ def test_the_cache_after_many_tree_rounds_equals_a_fresh_decode(tiny_pair, monke
 def test_sampled_first_two_tokens_follow_the_target_with_trees(tiny_pair, monkeypatch):
     e = tree_engine(tiny_pair[0])
     trees = Trees(e.target, monkeypatch)
-    cfg = dict(temperature=1.0, top_k=5, top_p=1.0, min_p=0.0)
     # token ids: ";=>" followed by 187, 205 and 139 in turn, then ";=>" again: lookup offers three continuations,
     # and the tiny target gives their first tokens 0.06, 0.40 and 0.39 (top-5 sampling): every sibling matters
     prompt = [59, 61, 62, 187, 59, 61, 62, 205, 59, 61, 62, 139, 59, 61, 62]
-    joint = exact_first_two(e.model, prompt, SamplingConfig(**cfg))
-    outcomes = list(joint)
-    counts = np.zeros(len(outcomes))
-    for seed in range(3000):
-        r = e.generate(prompt, max_tokens=4, sampling=SamplingConfig(**cfg, seed=seed))
-        first = tuple(r.tokens[:2])
-        assert first in joint
-        counts[outcomes.index(first)] += 1
+    counts, expected = first_two_counts(e, prompt, TOP5, 3000, max_tokens=4)
     e.close()
     assert trees.calls >= 3000  # the first round of every generation is a tree
-    assert_follows(counts, np.array([joint[o] for o in outcomes]))
+    assert_follows(counts, expected)
 
 
 def test_a_compute_bound_target_verifies_no_more_than_pays(tiny_pair, monkeypatch):
@@ -163,19 +155,10 @@ def test_greedy_identity_with_the_draft_models_second_choices(tiny_pair, lookup)
 
 
 def sampled_first_two(e, rounds=8000):
-    cfg = dict(temperature=1.0, top_k=5, top_p=1.0, min_p=0.0)
-    prompt = e.tokenize("Once upon a time")
-    joint = exact_first_two(e.model, prompt, SamplingConfig(**cfg))
-    outcomes = list(joint)
-    counts = np.zeros(len(outcomes))
-    trees = 0
-    for seed in range(rounds):
-        r = e.generate(prompt, max_tokens=4, sampling=SamplingConfig(**cfg, seed=seed))
-        first = tuple(r.tokens[:2])
-        assert first in joint
-        counts[outcomes.index(first)] += 1
-        trees += leaf_rounds(r.stats)
-    return counts, np.array([joint[o] for o in outcomes]), trees
+    trees = []
+    counts, expected = first_two_counts(e, e.tokenize("Once upon a time"), TOP5, rounds, max_tokens=4,
+                                        each=lambda r: trees.append(leaf_rounds(r.stats)))
+    return counts, expected, sum(trees)
 
 
 def test_sampled_with_the_draft_models_second_choices_follows_the_target(tiny_pair):
