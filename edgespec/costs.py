@@ -1,0 +1,171 @@
+"""The cost model: what a round costs and yields, from measurements.
+
+A round with K drafted tokens costs T(K) = T_v(K+1) + T_d(K) (a target verify of K+1 rows, the draft's work) and
+yields E[N_K] = 1 + sum_{j<=K} prod_{i<=j} a_i tokens, a_i being the chance that draft position i is accepted given
+that the ones before it were. The model is pure: it is fed measurements (seconds, acceptance counts) and answers
+questions (expected tokens, the best K, interpolated verify costs), so it is tested with made-up costs. What to do
+with the answers (draft how many, fall back, probe) is tuning.py's.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class CostModel:
+    alpha: float = 0.2  # weight of a new timing in its running average
+    decay: float = 0.98  # acceptance evidence fades, so the estimate follows the text
+    prior_accept: float = 0.6  # a_i before any evidence ...
+    prior_weight: float = 2.0  # ... worth this many rounds
+    verify_s: dict[int, float] = field(default_factory=dict)  # m rows -> seconds
+    draft_round_s: dict[int, float] = field(default_factory=dict)  # n drafted -> seconds of the draft phase
+    draft_s: float | None = None  # seconds per drafted token (used for n never drafted yet)
+    reached: list[float] = field(default_factory=list)  # rounds that put position i to the test
+    accepted: list[float] = field(default_factory=list)  # ... and had it accepted
+    n_observed: int = 0  # rounds that drafted anything
+
+    # measurements -----------------------------------------------------------------------------------------
+    def observe_verify(self, m: int, seconds: float) -> None:
+        old = self.verify_s.get(m)
+        self.verify_s[m] = seconds if old is None else old + self.alpha * (seconds - old)
+
+    def observe_draft(self, n_drafted: int, seconds: float) -> None:
+        # A draft round is not n equal steps (the first also catches up on the accepted text), so each length
+        # keeps its own running time; the per-token figure covers lengths not tried yet.
+        if n_drafted:
+            old = self.draft_round_s.get(n_drafted)
+            self.draft_round_s[n_drafted] = seconds if old is None else old + self.alpha * (seconds - old)
+            per = seconds / n_drafted
+            self.draft_s = per if self.draft_s is None else self.draft_s + self.alpha * (per - self.draft_s)
+
+    def forget(self, factor: float) -> None:
+        """Weigh the acceptance seen so far by factor (a new text: the old one's evidence counts less)."""
+        self.reached = [r * factor for r in self.reached]
+        self.accepted = [a * factor for a in self.accepted]
+
+    def observe_tries(self, n_tried: int, passed: bool) -> None:
+        """Alternatives tried in turn until one passed (a verification tree's siblings after the first failed):
+        position i is the i-th alternative, tested if all before it failed."""
+        self.observe_acceptance(0, 0)  # the decay and the count
+        while len(self.reached) < n_tried:
+            self.reached.append(0.0)
+            self.accepted.append(0.0)
+        for i in range(n_tried):
+            self.reached[i] += 1
+        if passed and n_tried:
+            self.accepted[n_tried - 1] += 1
+
+    def observe_acceptance(self, n_drafted: int, n_accepted: int) -> None:
+        """Position i (0-based) was tested if i < n_drafted and all before it passed, i.e. i <= n_accepted."""
+        self.n_observed += 1
+        tested = min(n_drafted, n_accepted + 1)
+        while len(self.reached) < tested:
+            self.reached.append(0.0)
+            self.accepted.append(0.0)
+        for i in range(len(self.reached)):
+            self.reached[i] *= self.decay
+            self.accepted[i] *= self.decay
+        for i in range(tested):
+            self.reached[i] += 1
+            self.accepted[i] += i < n_accepted
+
+    # estimates --------------------------------------------------------------------------------------------
+    def acceptances(self, n: int) -> list[float]:
+        """a_0 .. a_{n-1}, each shrunk towards the one before it (a_0 towards prior_accept) while its position has
+        little evidence: a position never drafted is assumed as good as the one before it, so longer drafts get
+        tried."""
+        out, prior = [], self.prior_accept
+        for i in range(n):
+            r, a = (self.reached[i], self.accepted[i]) if i < len(self.reached) else (0.0, 0.0)
+            prior = (a + prior * self.prior_weight) / (r + self.prior_weight)
+            out.append(prior)
+        return out
+
+    def acceptance(self, i: int) -> float:
+        return self.acceptances(i + 1)[i]
+
+    def expected(self, n: int) -> list[float]:
+        """E[N_k] for k = 0..n: 1 + sum over j <= k of the chance that the first j drafted tokens all pass."""
+        out, chain = [1.0], 1.0
+        for a in self.acceptances(n):
+            chain *= a
+            out.append(out[-1] + chain)
+        return out
+
+    def expected_tokens(self, k: int) -> float:
+        return self.expected(k)[k]
+
+    def all_pass(self, k: int) -> float:
+        """The chance that all of the first k drafted tokens pass."""
+        p = 1.0
+        for a in self.acceptances(k):
+            p *= a
+        return p
+
+    def t_verify(self, m: int) -> float | None:
+        """Measured, or interpolated between the nearest measured batch sizes (extrapolated past the ends)."""
+        return _interpolate(self.verify_s, m)
+
+    def t_draft(self, k: int) -> float | None:
+        if k == 0:
+            return 0.0
+        if len(self.draft_round_s) >= 2 or k in self.draft_round_s:
+            return _interpolate(self.draft_round_s, k)
+        if len(self.draft_round_s) == 1:
+            # One length measured: its first step also caught up on the accepted text, so count it as two steps
+            # and each further token as one.
+            (n, t), = self.draft_round_s.items()
+            return t + (k - n) * t / (n + 1)
+        return None if self.draft_s is None else k * self.draft_s
+
+    def round_cost(self, k: int) -> float | None:
+        tv, td = self.t_verify(k + 1), self.t_draft(k)
+        return None if tv is None or td is None else tv + td
+
+    def cost_per_token(self, k: int) -> float | None:
+        c = self.round_cost(k)
+        return None if c is None else c / self.expected_tokens(k)
+
+    def best_k(self, k_max: int) -> tuple[int, float | None]:
+        """The K in 1..k_max with the least expected time per token (ties: the smaller K), and that time.
+
+        Equivalently K grows while the marginal time per marginal token stays below the current time per token.
+        """
+        expected = self.expected(k_max)  # once per decision: this runs every round
+        best, best_cost = 1, None
+        for k in range(1, k_max + 1):
+            c = self.round_cost(k)
+            if c is not None and (best_cost is None or c / expected[k] < best_cost):
+                best, best_cost = k, c / expected[k]
+        return best, best_cost
+
+
+def seed_counts(c: CostModel, counts: dict, weight: float) -> bool:
+    """Acceptance counts by position from an earlier run, scaled to be worth at most `weight` rounds."""
+    reached = counts["reached"]
+    if not reached or reached[0] <= 0:
+        return False
+    f = min(1.0, weight / reached[0])
+    c.reached = [r * f for r in reached]
+    c.accepted = [a * f for a in counts["accepted"]]
+    return True
+
+
+def _interpolate(table: dict[int, float], x: int) -> float | None:
+    """table[x] if measured, else linear between the nearest measured neighbours (extrapolated past the ends)."""
+    if x in table:
+        return table[x]
+    known = sorted(table)
+    if not known:
+        return None
+    if len(known) == 1:
+        return table[known[0]]
+    lo = max([k for k in known if k < x], default=None)
+    hi = min([k for k in known if k > x], default=None)
+    if lo is None:
+        # Below what was measured: a line through two noisy timings can reach zero or below (and a zero plain
+        # step divides by zero later); fewer rows never cost more than the fewest measured, so use that.
+        return table[known[0]]
+    if hi is None:
+        lo, hi = known[-2], known[-1]
+    return max(table[lo] + (table[hi] - table[lo]) * (x - lo) / (hi - lo), min(table[lo], table[hi]))
