@@ -202,6 +202,8 @@ def serve(host, port, parallel, api_key, **opts) -> None:
     from .batch import BatchEngine
     from .server import ServerState, serve as run_server
 
+    if opts["tree_width"] > 1:
+        raise click.UsageError("--tree-width is for generate and chat; the server's batches verify chains")
     model, draft, lookup, _ = choose_models(opts)
     state = ServerState(model_id=os.path.basename(model), defaults=sampling_of(opts), api_key=api_key)
 

@@ -39,7 +39,7 @@ class Drafting:
 
     def __init__(self, draft_max: int, adaptive: bool, cost: CostModel, tree_width: int = 1) -> None:
         self.draft_max, self.adaptive, self.cost = draft_max, adaptive, cost
-        self.tree_width = tree_width  # > 1: a lone prompt lookup offers that many continuations as a tree
+        self.tree_width = tree_width  # > 1: rounds may be verification trees of up to that many branches
         self._policies: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.grammar = GrammarProposer()  # one for the engine, so its policy (and acceptance) carries over
 
@@ -180,7 +180,7 @@ class Chain:
                                                                                       "propose_tree"):
             first = self.links[0].policy.decide(cap, self.k_max, self.adaptive)
             if first.reason == "free":
-                prop = self._tree(self.links[0], seq, first.k)
+                prop = self._tree(self.links[0], seq, first.k, cap)
                 return prop, "free" if prop.parents is None else "tree"
         tokens: list[int] = []
         qs: list[np.ndarray | None] = []
@@ -253,7 +253,7 @@ class Chain:
         finally:
             if pushed:
                 guide.pop(pushed)
-        chosen = self._second_choices(tokens)
+        chosen = self._second_choices(tokens, cap)
         if chosen:
             link, leaves = chosen
             parents = list(range(-1, len(tokens) - 1)) + [p - 1 for p, _, _ in leaves]
@@ -262,9 +262,9 @@ class Chain:
                             parents=parents), "+".join(reasons + ["tree"])
         return Proposal(tokens, qs if sampled else None, sources), "+".join(reasons) or "fixed"
 
-    def _second_choices(self, tokens: list[int]) -> tuple[_Link, list] | None:
-        """The draft model's second choices worth a verify row as sibling leaves (DraftLength.second_choices):
-        its link and (position, token, q) of each; None where there are none."""
+    def _second_choices(self, tokens: list[int], cap: int) -> tuple[_Link, list] | None:
+        """The draft model's second choices worth a verify row as sibling leaves (DraftLength.second_choices), the
+        round at most cap tokens in all: its link and (position, token, q) of each; None where there are none."""
         link = next((x for x in self._used if x.alternatives), None)
         if link is None:
             return None
@@ -272,7 +272,7 @@ class Chain:
         for x in self._used:
             accept += x.policy.keyed(x.key).acceptances(x.n)
         leaves = []
-        for p in link.policy.second_choices(accept, link.start, self.tree_width - 1):
+        for p in link.policy.second_choices(accept, link.start, min(self.tree_width - 1, cap - len(tokens))):
             token, q = link.alternatives[p]
             if token >= 0 and token != tokens[link.start + p]:
                 leaves.append((link.start + p, token, q))
@@ -281,13 +281,14 @@ class Chain:
         self._leaves = (link, len(tokens), {p for p, _, _ in leaves})
         return link, leaves
 
-    def _tree(self, link: _Link, seq: list[int], k: int) -> Proposal:
-        """A free proposer's continuations as a tree, cut to the nodes worth verifying (DraftLength.keep_tree)."""
+    def _tree(self, link: _Link, seq: list[int], k: int, cap: int) -> Proposal:
+        """A free proposer's continuations as a tree, cut to the nodes worth verifying (DraftLength.keep_tree), at
+        most cap of them."""
         t0 = time.perf_counter()
         prop = link.part.propose_tree(seq, k, self.tree_width)
         n = len(prop.tokens)
         offered = Tree(prop.tokens, prop.parents or list(range(-1, n - 1)), [None] * n, prop.sources)
-        tree = link.policy.keep_tree(offered, prop.key)
+        tree = link.policy.keep_tree(offered, prop.key, cap)
         link.seconds, link.key, link.start, link.n, link.tree = time.perf_counter() - t0, prop.key, 0, len(tree), tree
         self._used.append(link)
         return Proposal(tree.tokens, None, tree.sources, prop.key, None if tree.is_chain else tree.parents)

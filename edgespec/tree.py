@@ -190,17 +190,18 @@ def node_values(tree: Tree, accept: Callable[[int], float]) -> list[float]:
     return values
 
 
-def best_subtree(tree: Tree, values: Sequence[float], t_verify: Callable[[int], float]) -> list[int]:
+def best_subtree(tree: Tree, values: Sequence[float], t_verify: Callable[[int], float],
+                 most: int | None = None) -> list[int]:
     """The nodes worth verifying. Grown from the root one node at a time, always the likeliest to pass (values)
     among the next candidates: the first child of a node taken, or the next sibling of one (so the tree verified
-    keeps the proposer's order of siblings); of the trees so grown, the one of m nodes with the least expected
-    verify time per token, T_v(m + 1) / (1 + the sum of their chances); m = 0 is a plain step. The selection must
-    not depend on which tokens were drawn (only on positions, ranks and measured acceptance): a sampled sibling's
-    q is valid whatever else is cut."""
+    keeps the proposer's order of siblings); of the trees so grown (at most `most` nodes), the one of m nodes with
+    the least expected verify time per token, T_v(m + 1) / (1 + the sum of their chances); m = 0 is a plain step.
+    The selection must not depend on which tokens were drawn (only on positions, ranks and measured acceptance):
+    a sampled sibling's q is valid whatever else is cut."""
     kids = _children(tree)
     frontier = [(-values[c], c) for c in kids.get(-1, ())[:1]]
     taken, best, best_cost, expected = [], 0, t_verify(1), 1.0
-    while frontier:
+    while frontier and (most is None or len(taken) < most):
         _, node = heapq.heappop(frontier)
         taken.append(node)
         expected += values[node]

@@ -214,18 +214,19 @@ class DraftLength:
                 return 1
         return best
 
-    def keep_tree(self, tree: Tree, key: object = None) -> Tree:
+    def keep_tree(self, tree: Tree, key: object = None, most: int | None = None) -> Tree:
         """keep() for a tree of free proposals (a lookup's several continuations): the nodes most likely to pass, as
         many as give the least expected verify time per token (tree.best_subtree). A first child at depth d passes
         as a chain's position d does (the acceptance for this kind of proposal); a later sibling as alternatives of
-        its rank have, given the ones before failed (measured apart: `alternatives`)."""
+        its rank have, given the ones before failed (measured apart: `alternatives`). At most `most` nodes (the
+        room left in the context)."""
         c = self.keyed(key)
         if c.t_verify(1) is None or not len(tree):
             return tree
         depth, rank = tree.shape()
         along, alt = c.acceptances(max(depth)), self.alternatives.acceptances(max(rank) + 1)
         kept = best_subtree(tree, node_values(tree, lambda i: alt[rank[i] - 1] if rank[i] else along[depth[i] - 1]),
-                            c.t_verify)
+                            c.t_verify, most)
         if not kept and self.keep(1, key) == 1:  # declined: verified one deep now and then all the same
             kept = [0]
         return subtree(tree, kept)

@@ -68,6 +68,18 @@ def test_user_errors_are_one_line_and_exit_1(tiny_dir, tiny_pair, args, message)
 def test_bad_option_value_is_a_usage_error(tiny_pair):
     r = run("generate", "-m", tiny_pair[0], "-p", "hi", "--temperature", "-1")
     assert r.returncode == 2 and "Traceback" not in r.stderr
+    for args in (["generate", "-p", "hi", "--tree-width", "5"], ["serve", "--tree-width", "2"]):
+        r = run(*args, "-m", tiny_pair[0])
+        assert r.returncode == 2 and "--tree-width" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_generate_with_trees_equals_plain(tiny_pair):
+    t, d = tiny_pair
+    common = ["generate", "-m", t, "--prompt", "ab ac ad ab ac ad ab ae ab", "-n", "30", "-t", "0", "--json"]
+    trees = run(*common, "--draft", d, "--lookup", "--tree-width", "3")
+    plain = run(*common, "--no-spec")
+    assert trees.returncode == 0 and plain.returncode == 0, trees.stderr
+    assert json.loads(trees.stdout)["tokens"] == json.loads(plain.stdout)["tokens"]
 
 
 def test_help_and_version():

@@ -199,3 +199,16 @@ def test_smollm_f16_with_second_choices_equals_plain_exactly(smollm_f16):
             trees += leaf_rounds(spec.stats)
         e.close()
         assert trees >= 10, lookup
+
+
+@pytest.mark.parametrize("kind", ["lookup", "draft", "hybrid"])
+def test_trees_stop_at_a_full_context(tiny_pair, kind):
+    # trees add nodes beside the chain: near the end of the context they must still fit (and the output end there)
+    e = tree_engine(tiny_pair[0], n_ctx=256, width=4) if kind == "lookup" else \
+        draft_tree_engine(*tiny_pair, width=4, n_ctx=256, lookup=kind == "hybrid")
+    tokens = e.tokenize(" ".join(BRANCHING))[:200]
+    r = e.generate(tokens, max_tokens=500)
+    plain = e.generate(tokens, max_tokens=500, speculative=False)
+    e.close()
+    assert r.finish_reason == "length" and len(tokens) + len(r.tokens) >= 255
+    assert r.tokens[:20] == plain.tokens[:20]
