@@ -165,11 +165,13 @@ class Chain:
                 link.part.begin(seq)
 
     def propose(self, seq: list[int], cap: int, sampling: SamplingConfig, rng: np.random.Generator,
-                stats: GenerationStats, guide=None) -> tuple[Proposal, str]:
+                stats: GenerationStats, guide=None, rows: int | None = None) -> tuple[Proposal, str]:
         """Each part proposes in turn from where the earlier ones stopped, up to the round length its own policy
         wants; returns the joint proposal and the decisions' reasons (for the round's record). With a guide, the
         parts draft under it (deterministic proposals are cut where the grammar forbids), and it is left as it
-        was."""
+        was. cap: the most tokens deep (max_tokens, the context); rows: the most tokens in all, a tree's included
+        (the context's room; default cap)."""
+        rows = cap if rows is None else rows
         self._used, self._aside, self._leaves = [], None, None
         for link in self.links:
             link.tree = link.alternatives = None
@@ -180,7 +182,7 @@ class Chain:
                                                                                       "propose_tree"):
             first = self.links[0].policy.decide(cap, self.k_max, self.adaptive)
             if first.reason == "free":
-                prop = self._tree(self.links[0], seq, first.k, cap)
+                prop = self._tree(self.links[0], seq, first.k, rows)
                 return prop, "free" if prop.parents is None else "tree"
         tokens: list[int] = []
         qs: list[np.ndarray | None] = []
@@ -253,7 +255,7 @@ class Chain:
         finally:
             if pushed:
                 guide.pop(pushed)
-        chosen = self._second_choices(tokens, cap)
+        chosen = self._second_choices(tokens, rows)
         if chosen:
             link, leaves = chosen
             parents = list(range(-1, len(tokens) - 1)) + [p - 1 for p, _, _ in leaves]
@@ -262,9 +264,9 @@ class Chain:
                             parents=parents), "+".join(reasons + ["tree"])
         return Proposal(tokens, qs if sampled else None, sources), "+".join(reasons) or "fixed"
 
-    def _second_choices(self, tokens: list[int], cap: int) -> tuple[_Link, list] | None:
+    def _second_choices(self, tokens: list[int], rows: int) -> tuple[_Link, list] | None:
         """The draft model's second choices worth a verify row as sibling leaves (DraftLength.second_choices), the
-        round at most cap tokens in all: its link and (position, token, q) of each; None where there are none."""
+        round at most `rows` tokens in all: its link and (position, token, q) of each; None where there are none."""
         link = next((x for x in self._used if x.alternatives), None)
         if link is None:
             return None
@@ -272,7 +274,7 @@ class Chain:
         for x in self._used:
             accept += x.policy.keyed(x.key).acceptances(x.n)
         leaves = []
-        for p in link.policy.second_choices(accept, link.start, min(self.tree_width - 1, cap - len(tokens))):
+        for p in link.policy.second_choices(accept, link.start, min(self.tree_width - 1, rows - len(tokens))):
             token, q = link.alternatives[p]
             if token >= 0 and token != tokens[link.start + p]:
                 leaves.append((link.start + p, token, q))
@@ -281,14 +283,14 @@ class Chain:
         self._leaves = (link, len(tokens), {p for p, _, _ in leaves})
         return link, leaves
 
-    def _tree(self, link: _Link, seq: list[int], k: int, cap: int) -> Proposal:
+    def _tree(self, link: _Link, seq: list[int], k: int, rows: int) -> Proposal:
         """A free proposer's continuations as a tree, cut to the nodes worth verifying (DraftLength.keep_tree), at
-        most cap of them."""
+        most `rows` of them."""
         t0 = time.perf_counter()
         prop = link.part.propose_tree(seq, k, self.tree_width)
         n = len(prop.tokens)
         offered = Tree(prop.tokens, prop.parents or list(range(-1, n - 1)), [None] * n, prop.sources)
-        tree = link.policy.keep_tree(offered, prop.key, cap)
+        tree = link.policy.keep_tree(offered, prop.key, rows)
         link.seconds, link.key, link.start, link.n, link.tree = time.perf_counter() - t0, prop.key, 0, len(tree), tree
         self._used.append(link)
         return Proposal(tree.tokens, None, tree.sources, prop.key, None if tree.is_chain else tree.parents)

@@ -276,8 +276,8 @@ class Engine:
         seq, stats = run.seq, run.stats
         llama0 = self._llama_seconds(run)
         t0 = time.perf_counter()
-        prop, reason = (run.chain.propose(seq, cap, run.sampling, run.rng, stats, run.guide) if run.chain
-                        else (EMPTY, "fixed"))
+        prop, reason = (run.chain.propose(seq, cap, run.sampling, run.rng, stats, run.guide, self.target.room - 1)
+                        if run.chain else (EMPTY, "fixed"))
         if cap == 0 and not run.out and run.chain is not None:
             reason = "first"  # a plain first round: the drafting set-up follows the first token
         t1 = time.perf_counter()
