@@ -212,3 +212,21 @@ def test_trees_stop_at_a_full_context(tiny_pair, kind):
     e.close()
     assert r.finish_reason == "length" and len(tokens) + len(r.tokens) >= 255
     assert r.tokens[:20] == plain.tokens[:20]
+
+
+@pytest.mark.slow
+def test_qwen_f16_pair_with_trees_equals_plain_exactly(monkeypatch):
+    from test_real_models import PROMPTS as REAL, qwen_pair
+
+    target, draft = qwen_pair("1.5b-instruct-f16")
+    for kind in ("lookup", "draft", "hybrid"):
+        e = tree_engine(target, n_ctx=2048) if kind == "lookup" else \
+            draft_tree_engine(target, draft, width=4, n_ctx=2048, lookup=kind == "hybrid")
+        trees = Trees(e.target, monkeypatch)
+        for prompt in REAL[:3] + ["Repeat after me: the red fox ran, the red hen sat, the red fox sat, the red hen ran."]:
+            tokens = e.tokenize(prompt, chat_format=True)
+            plain = e.generate(tokens, max_tokens=48, speculative=False)
+            spec = e.generate(tokens, max_tokens=48)
+            assert spec.tokens == plain.tokens, (kind, prompt)
+        e.close()
+        assert trees.calls >= (1 if kind == "lookup" else 3), kind  # lookup: few prompts repeat themselves
