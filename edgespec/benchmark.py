@@ -114,10 +114,11 @@ def parse_modes(text: str, have_draft: bool) -> list[str]:
         spec, _, w = m.partition("@")
         name, _, k = spec.partition(":")
         if name not in MODE_NAMES or (k and (not k.isdigit() or int(k) < 1 or name == "plain")) or \
-                (w and (not w.isdigit() or not 2 <= int(w) <= MAX_TREE_WIDTH or name == "plain" or k)):
+                (w and (not w.isdigit() or not 2 <= int(w) <= MAX_TREE_WIDTH or name == "plain")):
             raise InvalidArgument(f"unknown mode {m!r}: use plain, draft, lookup, hybrid, or draft:K / lookup:K / "
-                                  f"hybrid:K for a fixed K >= 1, or draft@W / lookup@W / hybrid@W for verification "
-                                  f"trees of up to W = 2..{MAX_TREE_WIDTH} branches")
+                                  f"hybrid:K for a fixed K >= 1; a suffix @W for verification trees of up to W = "
+                                  f"2..{MAX_TREE_WIDTH} branches (draft:K@W: a fixed shape, K deep with W - 1 second "
+                                  f"choices)")
         if name in ("draft", "hybrid") and not have_draft:
             raise InvalidArgument(f"mode {m} needs a draft model (--draft)")
         if m not in modes:

@@ -274,7 +274,8 @@ class Chain:
         for x in self._used:
             accept += x.policy.keyed(x.key).acceptances(x.n)
         leaves = []
-        for p in link.policy.second_choices(accept, link.start, min(self.tree_width - 1, rows - len(tokens))):
+        for p in link.policy.second_choices(accept, link.start, min(self.tree_width - 1, rows - len(tokens)),
+                                            self.adaptive):
             token, q = link.alternatives[p]
             if token >= 0 and token != tokens[link.start + p]:
                 leaves.append((link.start + p, token, q))

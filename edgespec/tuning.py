@@ -231,12 +231,18 @@ class DraftLength:
             kept = [0]
         return subtree(tree, kept)
 
-    def second_choices(self, accept: Sequence[float], offset: int, most: int) -> list[int]:
+    def second_choices(self, accept: Sequence[float], offset: int, most: int, adaptive: bool | None = None
+                       ) -> list[int]:
         """Which of a draft model's second choices get a verify row, as sibling leaves of its tokens: the round's
         chain passes position p with chance accept[p] given the positions before it passed, its first `offset`
         tokens being an earlier part's; returns positions counted from this part's first token. A second choice
-        passes, where the first failed, as alternatives have (measured apart)."""
-        if len(accept) <= offset or most <= 0 or self.cost.t_verify(1) is None:
+        passes, where the first failed, as alternatives have (measured apart). Not adaptive (a fixed K): a fixed
+        shape, the first `most` positions."""
+        if len(accept) <= offset or most <= 0:
+            return []
+        if not (self.adaptive if adaptive is None else adaptive):
+            return list(range(min(most, len(accept) - offset)))
+        if self.cost.t_verify(1) is None:
             return []
         reach, chain, leaves = 1.0, [], []
         g = self.alternatives.acceptance(0)

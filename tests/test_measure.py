@@ -66,10 +66,10 @@ def test_a_users_workload(tmp_path):
 def test_modes():
     assert benchmark.parse_modes("draft:4,lookup", True) == ["plain", "draft:4", "lookup"]
     assert benchmark.parse_modes("lookup,plain,lookup", False) == ["plain", "lookup"]
-    assert benchmark.parse_modes("lookup@2,draft@4", True) == ["plain", "lookup@2", "draft@4"]
+    assert benchmark.parse_modes("lookup@2,draft@4,draft:4@2", True) == ["plain", "lookup@2", "draft@4", "draft:4@2"]
     for bad, says in [("draft", "needs a draft model"), ("fast", "unknown mode"), ("draft:0", "unknown mode"),
                       ("plain:2", "unknown mode"), ("lookup:x", "unknown mode"), ("lookup@1", "unknown mode"),
-                      ("lookup@5", "unknown mode"), ("draft:4@2", "unknown mode"), ("plain@2", "unknown mode")]:
+                      ("lookup@5", "unknown mode"), ("lookup@x", "unknown mode"), ("plain@2", "unknown mode")]:
         with pytest.raises(InvalidArgument, match=says):
             benchmark.parse_modes(bad, False)
 

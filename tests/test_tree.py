@@ -213,3 +213,12 @@ def test_siblings_learn_how_often_they_pass_where_the_first_failed():
     assert alt.reached[0] > 5 and alt.accepted[0] == pytest.approx(alt.reached[0])  # the 1st alternative: passed
     assert len(alt.reached) == 1  # ... so the 2nd was never tried
     assert d.cost.accepted[0] == 0 and d.cost.reached[0] > 5  # the first-ranked branch: failed at position 1
+
+
+def test_a_fixed_k_verifies_a_fixed_shape_of_second_choices():
+    from edgespec.tuning import DraftLength
+
+    d = DraftLength(8, adaptive=False)
+    assert d.second_choices([0.9] * 5, 1, 2) == [0, 1]  # positions 1 and 2 of the round, the draft's first two
+    assert d.second_choices([0.9] * 5, 1, 9) == [0, 1, 2, 3]
+    assert d.second_choices([0.9] * 5, 1, 2, adaptive=True) == []  # by cost: nothing timed yet

@@ -230,3 +230,15 @@ def test_qwen_f16_pair_with_trees_equals_plain_exactly(monkeypatch):
             assert spec.tokens == plain.tokens, (kind, prompt)
         e.close()
         assert trees.calls >= (1 if kind == "lookup" else 3), kind  # lookup: few prompts repeat themselves
+
+
+def test_a_fixed_k_with_trees_verifies_second_choices_every_round(tiny_pair):
+    e = edgespec.Engine.load(tiny_pair[0], draft=tiny_pair[1], n_ctx=1024, tree_width=3)
+    for prompt in PROMPTS[:8]:
+        tokens = e.tokenize(prompt)
+        plain = e.generate(tokens, max_tokens=30, speculative=False)
+        spec = e.generate(tokens, max_tokens=30, draft_max=4, adaptive=False)
+        assert_identical_or_near_tie(e.model, tokens, plain.tokens, spec.tokens, 8, trees=True)
+        rounds = spec.stats.rounds_by_reason
+        assert leaf_rounds(spec.stats) >= sum(rounds.values()) - rounds.get("first", 0) - 2, rounds  # the last may be short
+    e.close()
