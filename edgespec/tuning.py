@@ -15,6 +15,8 @@ from .tree import Tree, best_subtree, main_line, node_values, subtree, worthwhil
 
 __all__ = ["CostModel", "Decision", "DraftLength"]
 
+ALTERNATIVES = "alternatives"  # the profile's kind for a tree's later siblings (DraftLength.alternatives)
+
 
 @dataclass
 class Decision:
@@ -166,7 +168,7 @@ class DraftLength:
         for n, s in sorted(measured["draft_round_s"].items()):
             c.observe_draft(n, s)
         for key, counts in measured.get("by_key", {}).items():  # e.g. a lookup's acceptance per match length
-            seed_counts(self.keyed(key), counts, weight)
+            seed_counts(self.alternatives if key == ALTERNATIVES else self.keyed(key), counts, weight)
         if seed_counts(c, measured, weight):
             c.n_observed = max(c.n_observed, self.warm_up_rounds)
             plain = c.t_verify(1)
@@ -180,12 +182,13 @@ class DraftLength:
 
     def learned(self) -> dict:
         """What this policy measured, as a profile entry (profile.py): draft round costs, acceptance by position,
-        and acceptance by kind of proposal (a lookup's match length)."""
+        and acceptance by kind of proposal (a lookup's match length), a tree's alternatives among them."""
         c = self.cost
+        kinds = {**{str(k): m for k, m in self.by_key.items()}, ALTERNATIVES: self.alternatives}
         return {"draft_round_s": {n: t for n, t in c.draft_round_s.items() if t > 0},
                 "reached": list(c.reached), "accepted": list(c.accepted),
-                "by_key": {str(k): {"reached": list(m.reached), "accepted": list(m.accepted)}
-                           for k, m in self.by_key.items() if m.reached and m.reached[0] > 0}}
+                "by_key": {k: {"reached": list(m.reached), "accepted": list(m.accepted)}
+                           for k, m in kinds.items() if m.reached and m.reached[0] > 0}}
 
     def keyed(self, key: object) -> CostModel:
         """The acceptance estimates for proposals of this kind (None: all of them together)."""

@@ -222,3 +222,22 @@ def test_a_fixed_k_verifies_a_fixed_shape_of_second_choices():
     assert d.second_choices([0.9] * 5, 1, 2) == [0, 1]  # positions 1 and 2 of the round, the draft's first two
     assert d.second_choices([0.9] * 5, 1, 9) == [0, 1, 2, 3]
     assert d.second_choices([0.9] * 5, 1, 2, adaptive=True) == []  # by cost: nothing timed yet
+
+
+def test_what_alternatives_showed_goes_into_the_profile_entry_and_back():
+    from edgespec import profile
+    from edgespec.tuning import DraftLength
+
+    d = DraftLength(8, True)
+    t = Tree()
+    t.add_path(-1, [1, 2])
+    t.add(-1, 3)
+    for _ in range(10):
+        d.observe_tree(t, [2], 0.01)  # the first branch failed, its sibling passed
+    entry = d.learned()
+    assert entry["by_key"]["alternatives"]["accepted"][0] > 0
+    merged = profile.merge(None, entry)
+    fresh = DraftLength(8, True)
+    fresh.seed(merged)
+    assert fresh.alternatives.acceptance(0) > 0.6 > fresh.alternatives.prior_accept  # not the prior any more
+    assert "alternatives" not in fresh.by_key
