@@ -80,9 +80,10 @@ def _tree_differences(model: Model, prefix: list[int], single: np.ndarray, k: in
             for d in range(min(k, len(prefix) - 1) + 1):
                 base = len(prefix) - 1 - d
                 path = prefix[base + 1:]
+                _fill(ctx, prefix[:base], fragmented, 2 * k)  # once per depth: each shape below is then cut off
                 for extra in sorted({0, k - d}):
                     for width in (2, 4):
-                        _fill(ctx, prefix[:base], fragmented, 2 * k)
+                        ctx.truncate(base)
                         chain = path + [0] * extra
                         leaves = [i % (d + 1) - 1 for i in range(width - 1)]  # under the root, then along the path
                         rows = ctx.decode_tree(prefix[base], chain + [0] * len(leaves),

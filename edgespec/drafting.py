@@ -9,6 +9,9 @@ across processes through the machine's profile (profile.py: read at the start, a
 
 Behind a free part (prompt lookup), a part that costs time (the draft model) plans the round by expected gain: how
 many of the free part's tokens to keep and how many of its own to add (DraftLength.plan).
+
+Drafting also owns the costs the policies share: the target's verify curve, from the profile or timed at the first
+drafted round (start_costs, calibrate).
 """
 from __future__ import annotations
 
@@ -20,12 +23,15 @@ from typing import Callable, Sequence
 import numpy as np
 
 from . import profile
-from .backend import common_prefix
+from .backend import Context, common_prefix
 from .proposers import EMPTY, DraftModelProposer, GrammarProposer, PromptLookupProposer, Proposal, Proposer
 from .sampling import SamplingConfig
 from .stats import GenerationStats
 from .tree import Tree
 from .tuning import CostModel, Decision, DraftLength
+
+
+CALIBRATION_SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16)  # verify rows timed for the curve
 
 
 def parts(proposer: Proposer) -> Sequence[Proposer]:
@@ -64,6 +70,40 @@ class Drafting:
             if name in known.proposers:
                 self.policy(part).seed(known.proposers[name])
         return True
+
+    def needs_costs(self, chain: "Chain") -> bool:
+        """The chain decides by measured cost and the target's verify curve is not known yet (plain rounds time
+        only m = 1)."""
+        return chain.measures and len(self.cost.verify_s) < 2
+
+    def start_costs(self, target: Context, chain: "Chain", key: dict | None, notes: list[str]) -> str:
+        """The target's verify curve before the first drafted round: this machine's profile of the model (with
+        what it holds for the chain's proposers), else timed now and saved for the next process. Returns where
+        it came from: "profile" or "measured"."""
+        if self.start_from(key, [link.part for link in chain.links], True, notes):
+            return "profile"
+        curve = self.calibrate(target)
+        if key is not None:
+            profile.save(key, curve)
+        return "measured"
+
+    def calibrate(self, target: Context, sizes: Sequence[int] = CALIBRATION_SIZES) -> dict[int, float]:
+        """Time a target decode of m rows (m in sizes) at the end of what the cache holds, and feed the cost
+        model. Costs about one decode per size, once per engine; the cache is left as it was."""
+        held = len(target.tokens)
+        sizes = [m for m in sizes if m <= target.room]
+        filler = target.tokens[-1:] or [target.model.bos]
+        target.decode(filler, [0])  # the first call of a shape allocates; keep that out of the numbers
+        target.truncate(held)
+        curve = {}
+        for m in sizes:
+            t0 = time.perf_counter()
+            target.decode(filler * m, range(m))
+            curve[m] = time.perf_counter() - t0
+            target.truncate(held)
+        for m, t in curve.items():
+            self.cost.observe_verify(m, t)
+        return curve
 
     def remember(self, key: dict | None) -> None:
         """Add what the proposers' policies learned to the profile under `key`, where there is one (its verify

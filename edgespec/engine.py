@@ -20,7 +20,7 @@ from . import chat, profile
 from .backend import Context, Model
 from .errors import ContextOverflowError, EdgespecError, InvalidArgument
 from .pairing import VocabInfo, check_pair
-from .drafting import Chain, Drafting, parts
+from .drafting import CALIBRATION_SIZES, Chain, Drafting, parts
 from .constraints import Constraint, Grammar
 from .guide import Guide
 from .proposers import EMPTY, DraftModelProposer, HybridProposer, PromptLookupProposer, Proposal, Proposer
@@ -34,7 +34,6 @@ from .verify import verify_greedy, verify_sampled
 
 DEFAULT_CTX = 4096
 DEFAULT_DRAFT_MAX = 8
-CALIBRATION_SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16)
 
 
 @dataclass
@@ -230,7 +229,7 @@ class Engine:
                        np.random.default_rng(sampling.seed), chain, guide)
             # Where drafting has set-up work (the draft model reading the prompt, timing the target), the first
             # token comes from a plain round and that work follows it: the wait for it is the target's alone.
-            later = chain is not None and (chain.reads_prompt or self._needs_costs(chain))
+            later = chain is not None and (chain.reads_prompt or self._drafting.needs_costs(chain))
             self._prefill(run, begin=not later)
             finish = "length" if max_tokens == 0 else None
             while finish is None:
@@ -245,7 +244,7 @@ class Engine:
                 if later and finish is None:
                     later = False
                     t0 = time.perf_counter()
-                    chain.begin(run.seq, (lambda: self._start_costs(chain)) if self._needs_costs(chain) else None)
+                    chain.begin(run.seq, (lambda: self._start_costs(chain)) if self._drafting.needs_costs(chain) else None)
                     run.stats.prompt_s += time.perf_counter() - t0  # set-up, not generation
             tail = run.text.flush()
             run.stats.constraint_s = grammar.seconds + guide.mask_s if grammar is not None else 0.0
@@ -264,11 +263,6 @@ class Engine:
         if run.chain is not None and begin:
             run.chain.begin(run.seq)
         run.stats.prompt_s = time.perf_counter() - t0
-
-    def _needs_costs(self, chain: Chain) -> bool:
-        """The chain decides by measured cost and the target's verify curve is not known yet (plain rounds time
-        only m = 1)."""
-        return chain.measures and len(self._cost.verify_s) < 2
 
     def _round(self, run: "_Run", cap: int) -> tuple[list[tuple[int, str | None, str]], str | None]:
         """One propose -> verify -> accept step, at most cap drafts. Returns the emitted (token, source, text) and a
@@ -344,16 +338,7 @@ class Engine:
         return emitted, finish
 
     def _start_costs(self, chain: Chain) -> None:
-        """The target's verify curve before the first drafted round: this machine's profile of the model, else
-        timed now (a decode per size) and saved for the next process (profile.py)."""
-        if self.use_profile([link.part for link in chain.links]):
-            self.costs_from = "profile"
-            return
-        curve = self.calibrate()
-        key = self._profile_key()
-        if key is not None:
-            profile.save(key, curve)
-        self.costs_from = "measured"
+        self.costs_from = self._drafting.start_costs(self.target, chain, self._profile_key(), self.notes)
 
     def use_profile(self, proposers: Sequence[Proposer] = (), curve: bool = True) -> bool:
         """Start from this machine's profile of the target (profile.py): its verify curve (curve=False: not that),
@@ -369,22 +354,8 @@ class Engine:
             return None
 
     def calibrate(self, sizes: Sequence[int] = CALIBRATION_SIZES) -> dict[int, float]:
-        """Time a target decode of m rows (m in sizes) at the end of what the cache holds, and feed the cost
-        model. Costs about one decode per size, once per engine; the cache is left as it was."""
-        held = len(self.target.tokens)
-        sizes = [m for m in sizes if m <= self.target.room]
-        filler = self.target.tokens[-1:] or [self.model.bos]
-        self.target.decode(filler, [0])  # the first call of a shape allocates; keep that out of the numbers
-        self.target.truncate(held)
-        curve = {}
-        for m in sizes:
-            t0 = time.perf_counter()
-            self.target.decode(filler * m, range(m))
-            curve[m] = time.perf_counter() - t0
-            self.target.truncate(held)
-        for m, t in curve.items():
-            self._cost.observe_verify(m, t)
-        return curve
+        """The target's verify curve timed now and fed to the cost model (Drafting.calibrate)."""
+        return self._drafting.calibrate(self.target, sizes)
 
     def _llama_seconds(self, run: "_Run") -> float:
         return self.target.llama_s + (run.chain.llama_seconds() if run.chain is not None else 0.0)

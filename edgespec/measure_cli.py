@@ -99,7 +99,7 @@ def bench(modes, workload, categories, limit, skip, fresh, max_tokens, repeats, 
                f"tokens, greedy, {engine.target.n_threads} threads", err=True)
 
     def diverged(item, tokens, plain, other, mode):
-        d = divergence(engine.model, tokens, plain, other, opts["draft_max"], opts["threads"])
+        d = divergence(engine.model, tokens, plain, other, opts["draft_max"], opts["threads"], trees="@" in mode)
         return f"{mode} on a {item.category} prompt: {d}"
 
     try:

@@ -103,6 +103,11 @@ def test_a_tree_wider_than_the_context_allows_is_refused(tiny_pair):
     with pytest.raises(edgespec.EdgespecError, match="tree width"):
         edgespec.Engine.load(tiny_pair[0], lookup=True, tree_width=0)
     t.close()
+    with edgespec.Engine.load(tiny_pair[0], lookup=True, tree_width=2) as e:
+        for bad in (0, 3):  # a call may narrow the engine's width, not pass its context's
+            with pytest.raises(edgespec.InvalidArgument, match="tree_width"):
+                e.generate("abc abc ab", max_tokens=4, tree_width=bad)
+        assert e.generate("abc abc ab", max_tokens=4, tree_width=1).tokens  # still usable
 
 
 def test_smollm_f16_greedy_with_trees_equals_plain_exactly(smollm_f16, monkeypatch):
@@ -166,6 +171,17 @@ def test_sampled_with_the_draft_models_second_choices_follows_the_target(tiny_pa
     counts, expected, trees = sampled_first_two(e)
     e.close()
     assert trees >= 5000
+    assert_follows(counts, expected)
+
+
+def test_sampled_hybrid_with_second_choices_follows_the_target(tiny_pair):
+    # lookup's deterministic tokens first, the draft model's sampled ones and their second choices after them
+    e = draft_tree_engine(*tiny_pair, lookup=True)
+    trees = []
+    counts, expected = first_two_counts(e, e.tokenize("abc abc abc abc ab"), TOP5, 3000, max_tokens=6,
+                                        each=lambda r: trees.append(leaf_rounds(r.stats)))
+    e.close()
+    assert sum(trees) >= 1500
     assert_follows(counts, expected)
 
 
