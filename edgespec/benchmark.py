@@ -138,6 +138,7 @@ class Tally:
     n: int = 0  # tokens
     rounds: int = 0
     tree_rounds: int = 0  # rounds that verified a tree (more than one branch)
+    branch_rounds: int = 0  # of them, rounds with a branch the draft model drafted after a second choice
     drafted: int = 0
     accepted: int = 0
     llama_s: float = 0.0
@@ -156,6 +157,7 @@ class Tally:
         self.n += st.n_tokens
         self.rounds += st.n_rounds
         self.tree_rounds += sum(n for why, n in st.rounds_by_reason.items() if "tree" in why.split("+"))
+        self.branch_rounds += sum(n for why, n in st.rounds_by_reason.items() if "branch" in why.split("+"))
         self.drafted += st.n_drafted
         self.accepted += st.n_accepted
         self.llama_s += sum(r.llama_seconds for r in st.rounds)
@@ -208,7 +210,8 @@ class Report:
 def _figures(ts: list[Tally], plains: list[Tally]) -> dict:
     all_ = Tally()
     for t in ts:  # pooled over repeats, for the sums that are not ratios to plain
-        for name in ("s", "n", "rounds", "tree_rounds", "drafted", "accepted", "llama_s", "wall_s", "prompts", "same"):
+        for name in ("s", "n", "rounds", "tree_rounds", "branch_rounds", "drafted", "accepted", "llama_s", "wall_s",
+                     "prompts", "same"):
             setattr(all_, name, getattr(all_, name) + getattr(t, name))
         all_.ttft_s += t.ttft_s
         all_._add_phases_and_positions(t)
@@ -221,7 +224,7 @@ def _figures(ts: list[Tally], plains: list[Tally]) -> dict:
         "drafted_by_position": all_.drafted_at, "accepted_by_position": all_.accepted_at,
         "tested_by_position": all_.tested_at,  # drafted, with every earlier position accepted
         "mean_accepted_length": all_.accepted / all_.rounds, "tokens_per_round": all_.n / all_.rounds,
-        "rounds": all_.rounds, "tree_rounds": all_.tree_rounds,
+        "rounds": all_.rounds, "tree_rounds": all_.tree_rounds, "branch_rounds": all_.branch_rounds,
         "phase_ms_per_round": {p: 1000 * all_.phase_s[p] / all_.rounds for p in PHASES},
         "python_share": 1 - all_.llama_s / all_.s if all_.s else 0.0,
         "ttft_ms": 1000 * statistics.median(all_.ttft_s), "end_to_end_tok_s": all_.n / all_.wall_s,

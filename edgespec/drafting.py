@@ -170,6 +170,7 @@ class _Link:
     offered: list[int] | None = None  # all it proposed, where the round kept fewer (the planner stood it aside)
     tree: Tree | None = None  # what it proposed, where that was a tree
     alternatives: list | None = None  # a draft model's second choice at each of its n positions (and its q)
+    branch: tuple | None = None  # a draft model's branch after one of them (Proposal.branch)
 
 
 class Chain:
@@ -214,7 +215,7 @@ class Chain:
         rows = cap if rows is None else rows
         self._used, self._aside, self._leaves = [], None, None
         for link in self.links:
-            link.tree = link.alternatives = None
+            link.tree = link.alternatives = link.branch = None
         if cap <= 0:
             return EMPTY, "fixed"
         first = None  # a lone free proposer that can offer a tree does, where the output is not constrained
@@ -270,10 +271,13 @@ class Chain:
                 context = seq + tokens if tokens else seq
                 seconds = self.tree_width > 1 and guide is None and isinstance(link.part, DraftModelProposer)
                 prop = link.part.propose(context, k, sampling, rng, guide=guide) if guide is not None else \
-                    link.part.propose(context, k, sampling, rng, alternatives=True) if seconds else \
+                    link.part.propose(context, k, sampling, rng, alternatives=True,
+                                      branch=self._branching(link, len(tokens), k)) if seconds else \
                     link.part.propose(context, k, sampling, rng)
                 # what drafting this many costs, without catching up on text decoded while the part stood aside
-                link.seconds = time.perf_counter() - t0 - getattr(link.part, "catch_up_s", 0.0)
+                # or drafting a branch
+                link.seconds = time.perf_counter() - t0 - getattr(link.part, "catch_up_s", 0.0) - \
+                    (getattr(link.part, "branch_s", 0.0) if seconds else 0.0)
                 n = len(prop.tokens)
                 if guide is not None and prop.q is None:
                     n = guide.allowed_prefix(prop.tokens)  # past that the target would reject them for certain
@@ -282,6 +286,7 @@ class Chain:
                 self._used.append(link)
                 if prop.alternatives is not None:
                     link.alternatives = prop.alternatives[:link.n]
+                    link.branch = prop.branch if prop.branch and prop.branch[0] < link.n else None
                 tokens += prop.tokens[:link.n]
                 sources += prop.sources[:link.n]
                 qs += list(prop.q[:link.n]) if prop.q is not None else [None] * link.n
@@ -295,34 +300,62 @@ class Chain:
         finally:
             if pushed:
                 guide.pop(pushed)
-        chosen = self._second_choices(tokens, rows)
-        if chosen:
-            link, leaves = chosen
-            parents = list(range(-1, len(tokens) - 1)) + [p - 1 for p, _, _ in leaves]
-            return Proposal(tokens + [t for _, t, _ in leaves],
-                            qs + [q for _, _, q in leaves] if sampled else None, sources + ["draft"] * len(leaves),
-                            parents=parents), "+".join(reasons + ["tree"])
+        extra = self._second_choices(tokens, rows)
+        if extra:
+            leaves, parents = extra
+            return Proposal(tokens + [t for t, _ in leaves], qs + [q for _, q in leaves] if sampled else None,
+                            sources + ["draft"] * len(leaves), parents=list(range(-1, len(tokens) - 1)) + parents
+                            ), "+".join(reasons + ["tree"] + (["branch"] if self._leaves[3] else []))
         return Proposal(tokens, qs if sampled else None, sources), "+".join(reasons) or "fixed"
 
-    def _second_choices(self, tokens: list[int], rows: int) -> tuple[_Link, list] | None:
-        """The draft model's second choices worth a verify row as sibling leaves (DraftLength.second_choices), the
-        round at most `rows` tokens in all: its link and (position, token, q) of each; None where there are none."""
+    def _branching(self, link: _Link, offset: int, k: int) -> Callable[[int], int]:
+        """For a draft model drafting k tokens after `offset` of earlier parts': how many to draft after its second
+        choice at its position i (DraftLength.branch_length), from the round's measured acceptance only."""
+        def length(i: int) -> int:
+            accept = []
+            for x in self._used:
+                accept += x.policy.keyed(x.key).acceptances(x.n)
+            accept = accept[:offset] + link.policy.keyed(None).acceptances(k)
+            return link.policy.branch_length(accept, offset + i, k - 1 - i, link.policy.cost.t_draft(k) or 0.0,
+                                             link.part.extra_row_s, self.adaptive)
+        return length
+
+    def _second_choices(self, tokens: list[int], rows: int) -> tuple[list, list[int]] | None:
+        """The nodes verified beside the chain: the draft model's second choices worth a verify row as sibling
+        leaves (DraftLength.second_choices) and its branch, if it drafted one (the second choice heading it, then
+        its tokens, as many as the room allows), the round at most `rows` tokens in all: (token, q) of each node
+        and its parent; None where there are none."""
         link = next((x for x in self._used if x.alternatives), None)
         if link is None:
             return None
+        n_chain, room = len(tokens), rows - len(tokens)
+        fork = None
+        if link.branch is not None and room > 0 and self.tree_width > 1:
+            at, grown, bq = link.branch
+            fork = (link.start + at, [link.alternatives[at]] + [(t, bq[j] if bq else None)
+                                                               for j, t in enumerate(grown[:room - 1])])
         accept = []
         for x in self._used:
             accept += x.policy.keyed(x.key).acceptances(x.n)
-        leaves = []
-        for p in link.policy.second_choices(accept, link.start, min(self.tree_width - 1, rows - len(tokens)),
-                                            self.adaptive):
+        most = min(self.tree_width - 1 - (fork is not None), room - (len(fork[1]) if fork else 0))
+        leaves, parents = [], []
+        for p in link.policy.second_choices(accept, link.start, most + (fork is not None), self.adaptive):
             token, q = link.alternatives[p]
-            if token >= 0 and token != tokens[link.start + p]:
-                leaves.append((link.start + p, token, q))
+            p += link.start
+            if token >= 0 and token != tokens[p] and (fork is None or p != fork[0]) and len(leaves) < most:
+                leaves.append((token, q))
+                parents.append(p - 1)
+        at = {parents[i] + 1 for i in range(len(leaves))}
+        if fork is not None:
+            head = n_chain + len(leaves)
+            leaves += fork[1]
+            parents += [fork[0] - 1] + list(range(head, head + len(fork[1]) - 1))
+            at.add(fork[0])
+            fork = (fork[0], head, len(fork[1]))
         if not leaves:
             return None
-        self._leaves = (link, len(tokens), {p for p, _, _ in leaves})
-        return link, leaves
+        self._leaves = (link, n_chain, at, fork)
+        return leaves, parents
 
     def _tree(self, link: _Link, seq: list[int], k: int, rows: int) -> Proposal:
         """A free proposer's continuations as a tree, cut to the nodes worth verifying (DraftLength.keep_tree), at
@@ -343,11 +376,13 @@ class Chain:
         while still has its acceptance measured (exactly for greedy decoding; for sampling, a close estimate).
         path: the accepted nodes where the round was a tree."""
         if self._leaves is not None:  # the chain passed up to n; a second choice there may have passed instead
-            link, n_chain, at = self._leaves
-            leaf = bool(path) and path[-1] >= n_chain
-            n -= leaf
+            link, n_chain, at, fork = self._leaves
+            n = sum(1 for node in path if node < n_chain)
+            leaf = len(path) > n
             if n in at:
                 link.policy.alternatives.observe_tries(1, leaf)
+            if fork is not None:  # the draft's cache keeps the branch's tokens on the path
+                link.part.keep_branch(len(path) - n if leaf and path[n] == fork[1] else 0)
         for link in self._used:
             if link.tree is not None:  # path: the tree's accepted nodes (a chain's first n)
                 link.part.accepted(n)

@@ -68,8 +68,8 @@ class Engine:
                  adaptive: bool = True, cost: CostModel | None = None, tree_width: int = 1):
         """draft_max: the most tokens drafted per round; adaptive: choose fewer (or none) by measured cost;
         tree_width > 1: verification trees of up to that many branches (the target context made with branches >=
-        tree_width): prompt lookup alone offers its several continuations, a draft model its second choices as
-        sibling leaves, each node verified only where the cost model expects it to pay.
+        tree_width): lookup alone offers several continuations, a draft model its second choices as leaves and
+        a branch after one where its confidence splits, each node verified only where it is expected to pay.
 
         One generation runs at a time: a call from another thread waits until the one before it has finished
         (its output is what it would have been alone), and a stream left unfinished holds the engine until it is
@@ -134,8 +134,8 @@ class Engine:
         if draft is not None:
             dm = Model(draft, n_gpu_layers if draft_n_gpu_layers is None else draft_n_gpu_layers)
             check_pair(VocabInfo.of(tm), VocabInfo.of(dm))
-            proposer = DraftModelProposer(Context(dm, draft_n_ctx or n_ctx, draft_n_threads or n_threads), tm.n_vocab,
-                                          p_min=draft_p_min)
+            proposer = DraftModelProposer(Context(dm, draft_n_ctx or n_ctx, draft_n_threads or n_threads,
+                                                  branches=min(tree_width, 2)), tm.n_vocab, p_min=draft_p_min)
         if lookup:
             proposer = PromptLookupProposer() if proposer is None else HybridProposer(proposer)
         if proposer is not None and (tm.is_recurrent or (draft is not None and dm.is_recurrent)):

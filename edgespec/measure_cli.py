@@ -50,9 +50,9 @@ def _progress(t0: float):
 @model_options
 @click.option("--modes", help="Comma-separated: plain, draft, lookup, hybrid (chosen by measured cost), or draft:K, "
               "lookup:K, hybrid:K (exactly K per round); a suffix @W: with verification trees of up to W = 2..4 branches "
-              "(lookup's several continuations, the draft model's second choices; draft:K@W a fixed shape; every mode "
-              "then runs on a context made for trees). Default: plain,draft:2,draft:4,draft:8,draft,lookup,hybrid "
-              "with a draft, else plain,lookup:4,lookup.")
+              "(lookup's several continuations, the draft model's second choices and a branch; draft:K@W a fixed "
+              "shape; every mode then runs on a context made for trees). Default: plain,draft:2,draft:4,draft:8,"
+              "draft,lookup,hybrid with a draft, else plain,lookup:4,lookup.")
 @click.option("--workload", metavar="JSONL", help="Your prompts: one JSON object per line, {\"prompt\": TEXT} or "
               "{\"messages\": [{\"role\", \"content\"}, ...]}, with an optional \"category\". Default: the built-in "
               "set (13 categories, code and general language).")

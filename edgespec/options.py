@@ -73,8 +73,8 @@ ENGINE_OPTIONS = [
     _option("--fixed", is_flag=True, help="Draft exactly --draft-max tokens every round (no adaptive length)."),
     _option("--tree-width", default=1, show_default=True, type=click.IntRange(1, 4),
             help="Verification trees of up to this many branches: prompt lookup's several continuations, the draft "
-                 "model's second choices as sibling leaves, each verified only where measured costs say it pays "
-                 "(1: chains only)."),
+                 "model's second choices as sibling leaves and a branch drafted after one where its confidence "
+                 "splits, each verified only where measured costs say it pays (1: chains only)."),
     _option("--draft-p-min", default=0.0, show_default=True, type=Finite(0, 1),
                  help="Stop a draft when the draft model's top probability falls below this."),
     _option("--stop", multiple=True,

@@ -37,8 +37,10 @@ def tables(report: Report, rows: dict) -> str:
                    + f"{100 * r['python_share']:>5.1f}%{r['ttft_ms']:>6.0f}ms{r['end_to_end_tok_s']:>8.1f}  {pos}")
     trees = {m: r["overall"] for m, r in rows.items() if r.get("overall", {}).get("tree_rounds")}
     if trees:
-        out += ["", "verification trees: " + ", ".join(f"{m} {r['tree_rounds']} of {r['rounds']} rounds"
-                                                     for m, r in trees.items())]
+        out += ["", "verification trees: " + ", ".join(
+            f"{m} {r['tree_rounds']} of {r['rounds']} rounds" + (f" ({r['branch_rounds']} with a drafted branch)"
+                                                                 if r.get("branch_rounds") else "")
+            for m, r in trees.items())]
     out += _against_parts(rows, cats)
     curve = report.verify_curve
     if curve:

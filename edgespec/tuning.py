@@ -256,6 +256,42 @@ class DraftLength:
             chain.append(reach)
         return worthwhile_leaves(chain, leaves, self.cost.t_verify, most)
 
+    def branch_length(self, accept: Sequence[float], at: int, most: int, draft_s: float, extra_s: float | None,
+                      adaptive: bool | None = None) -> int:
+        """How many tokens a draft model drafts after its second choice at position `at` of the round (accept: the
+        round's chain passes position p with chance accept[p] given the ones before passed; draft_s: what its
+        drafting costs), each in a decode of the chain's, so each costs a verify row and a draft row (extra_s):
+        as many as give the least expected time per token, the second choice counted with them (0: the choice
+        and a branch after it are not worth their rows, or the choice alone is best). A branch token passes, once
+        the choice did, as the chain's token as deep does. Not adaptive (a fixed K): `most`."""
+        if most <= 0 or not accept:
+            return 0
+        if not (self.adaptive if adaptive is None else adaptive):
+            return most
+        c = self.cost
+        if c.t_verify(1) is None:
+            return 0
+        extra = extra_s if extra_s is not None else 0.5 * (c.t_draft(1) or 0.0)
+        reach, expected = 1.0, 1.0
+        for p, a in enumerate(accept):
+            if p == at:
+                value = reach * (1.0 - a) * self.alternatives.acceptance(0)
+            reach *= a
+            expected += reach
+        rows = len(accept) + 1
+        cost = c.t_verify(rows) + draft_s
+        best, best_m = cost / expected, 0
+        for m in range(most + 1):  # m tokens after the second choice
+            if m:
+                if at + m >= len(accept):
+                    break
+                value *= accept[at + m]
+            rows, expected = rows + 1, expected + value
+            cost += c.t_verify(rows) - c.t_verify(rows - 1) + (extra if m else 0.0)
+            if cost / expected < best:
+                best, best_m = cost / expected, m
+        return best_m
+
     def observe_tree(self, tree: Tree, path: Sequence[int], seconds: float, key: object = None) -> None:
         """What verification made of a tree this policy's proposer offered: its first-ranked branch counts as a
         chain would (acceptance by position), the siblings tried where that branch failed as alternatives."""

@@ -28,20 +28,26 @@ def assert_follows(counts, probs) -> None:
     assert stat < chi2_critical(max(df, 1)), f"chi2 {stat:.1f} on {df} df: counts {list(counts)} vs p {list(probs)}"
 
 
-def exact_first_two(model, prompt, cfg) -> dict:
-    """The target alone's exact joint distribution of the first two generated tokens: {(a, b): p}."""
+def exact_first_two(model, prompt, cfg, n: int = 2) -> dict:
+    """The target alone's exact joint distribution of the first two (n) generated tokens: {(a, b): p}."""
     from edgespec.backend import Context
     from edgespec.sampling import probabilities
 
     ctx = Context(model, n_ctx=256)
     ctx.decode(prompt[:-1])
-    p1 = probabilities(ctx.decode(prompt[-1:], [0])[0], cfg)
     joint = {}
-    for a in np.flatnonzero(p1):
-        ctx.truncate(len(prompt))
-        p2 = probabilities(ctx.decode([int(a)], [0])[0], cfg)
-        for b in np.flatnonzero(p2):
-            joint[(int(a), int(b))] = p1[a] * p2[b]
+
+    def walk(last, before, p):
+        ctx.truncate(len(prompt) - 1 + len(before))
+        row = probabilities(ctx.decode([last], [0])[0], cfg)
+        for a in np.flatnonzero(row):
+            out = before + (int(a),)
+            if len(out) == n:
+                joint[out] = p * row[a]
+            else:
+                walk(int(a), out, p * row[a])
+
+    walk(prompt[-1], (), 1.0)
     ctx.close()
     return joint
 
@@ -72,17 +78,18 @@ def exact_first_two_guided(engine, prompt, cfg, constraint=None) -> dict:
     return joint
 
 
-def first_two_counts(engine, prompt, cfg: dict, rounds: int, each=None, **kwargs) -> tuple[np.ndarray, np.ndarray]:
-    """Sample `rounds` generations (seeds 0..rounds-1) and count their first two tokens; returns the counts and
-    the target alone's exact probabilities of the same pairs. each(result): called on every generation."""
+def first_two_counts(engine, prompt, cfg: dict, rounds: int, each=None, n: int = 2, **kwargs
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """Sample `rounds` generations (seeds 0..rounds-1) and count their first two (n) tokens; returns the counts
+    and the target alone's exact probabilities of the same outcomes. each(result): called on every generation."""
     from edgespec import SamplingConfig
 
-    joint = exact_first_two(engine.model, prompt, SamplingConfig(**cfg))
+    joint = exact_first_two(engine.model, prompt, SamplingConfig(**cfg), n)
     outcomes = list(joint)
     counts = np.zeros(len(outcomes))
     for seed in range(rounds):
         r = engine.generate(prompt, sampling=SamplingConfig(**cfg, seed=seed), **kwargs)
-        first = tuple(r.tokens[:2])
+        first = tuple(r.tokens[:n])
         assert first in joint, f"impossible pair {first}"
         counts[outcomes.index(first)] += 1
         if each is not None:

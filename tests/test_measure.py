@@ -77,15 +77,19 @@ def test_modes():
 def test_bench_command_on_the_tiny_pair(tiny_pair, tmp_path):
     out, png = tmp_path / "b.json", tmp_path / "b.png"
     r = run("bench", "-m", tiny_pair[0], "-d", tiny_pair[1], "--category", "code_edit", "--category", "multiturn",
-            "--limit", "1", "-n", "12", "--modes", "draft:3,draft,lookup,hybrid,lookup@2", "--json", out, "--plot", png,
+            "--limit", "1", "-n", "12", "--modes", "draft:3,draft,lookup,hybrid,lookup@2,draft:3@2", "--json", out,
+            "--plot", png,
             "--threads", "2")
     assert r.returncode == 0, r.stderr
     assert "[2/2" in r.stderr  # progress while it runs
     assert "code_edit" in r.stdout and "acceptance by position" in r.stdout and "T_v(m)" in r.stdout
     data = json.loads(out.read_text())
     assert data["command"].startswith("edgespec bench") and data["build"] and data["machine"]["cores"]
-    assert set(data["rows"]) == {"plain", "draft:3", "draft", "lookup", "hybrid", "lookup@2"}
+    assert set(data["rows"]) == {"plain", "draft:3", "draft", "lookup", "hybrid", "lookup@2", "draft:3@2"}
     assert data["rows"]["lookup"]["overall"]["tree_rounds"] == 0  # the other modes stay chains on a tree context
+    fixed = data["rows"]["draft:3@2"]["overall"]  # a fixed shape: a tree every round, branches where the draft hesitates
+    assert fixed["tree_rounds"] >= fixed["rounds"] - 4 and fixed["branch_rounds"] > 0
+    assert "with a drafted branch" in r.stdout
     for mode, by_cat in data["rows"].items():
         o = by_cat["overall"]
         assert set(by_cat) == {"code_edit", "multiturn", "overall"}

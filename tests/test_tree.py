@@ -224,6 +224,25 @@ def test_a_fixed_k_verifies_a_fixed_shape_of_second_choices():
     assert d.second_choices([0.9] * 5, 1, 2, adaptive=True) == []  # by cost: nothing timed yet
 
 
+def test_a_branch_is_drafted_as_long_as_its_rows_pay():
+    from edgespec.tuning import CostModel, DraftLength
+
+    def policy(verify, adaptive=True):
+        d = DraftLength(8, adaptive, CostModel(verify_s=verify))
+        d.alternatives.reached, d.alternatives.accepted = [20.0], [12.0]  # a second choice passes 60% of the time
+        return d
+
+    flat = {m: 0.1 for m in range(1, 20)}  # memory-bound: rows cost nothing until 20
+    steep = {m: 0.1 * m for m in range(1, 20)}  # compute-bound: each row costs a step
+    accept = [0.5, 0.9, 0.9, 0.9, 0.9]
+    assert policy(flat).branch_length(accept, 0, 4, 0.0, 0.0) == 4  # free rows: all of it
+    assert policy(flat).branch_length(accept, 0, 4, 0.0, 0.05) < 4  # a dear draft row: less
+    assert policy(steep).branch_length(accept, 0, 4, 0.0, 0.0) == 0
+    assert policy(flat).branch_length([0.99] * 5, 0, 4, 0.0, 0.01) == 0  # the chain seldom fails there
+    assert policy(steep, adaptive=False).branch_length(accept, 0, 3, 0.0, 0.0) == 3  # a fixed shape
+    assert policy(flat).branch_length(accept, 3, 4, 0.0, 0.0) == 1  # no deeper than the chain
+
+
 def test_what_alternatives_showed_goes_into_the_profile_entry_and_back():
     from edgespec import profile
     from edgespec.tuning import DraftLength

@@ -121,3 +121,70 @@ def test_an_undecided_tree_is_dropped_before_the_next_decode(model):
     assert ctx.tokens == PREFIX + [ROOT, 77]
     assert np.abs(got - alone(model, PREFIX + [ROOT], 77)).max() < DRIFT
     ctx.close()
+
+
+def test_a_forked_branch_grows_apart_and_the_kept_one_equals_a_fresh_decode(model):
+    """A draft model's branch: sequence 1 forks from sequence 0, each grows by one row per decode (together), each
+    row equals its own text decoded alone, and end_fork() keeps either as sequence 0, removing the other."""
+    for keep, n in ((0, None), (0, 1), (1, 2), (1, 3)):
+        ctx = Context(model, n_ctx=256, branches=2)
+        ctx.decode(PREFIX)
+        ctx.fork(1)
+        own = {0: [], 1: []}
+        for a, b in ((12, 20), (13, 21), (14, 22)):
+            rows = ctx.decode_rows([(a, 0), (b, 1)])
+            own[0].append(a)
+            own[1].append(b)
+            assert np.abs(rows[0] - alone(model, PREFIX + own[0])).max() < DRIFT
+            assert np.abs(rows[1] - alone(model, PREFIX + own[1])).max() < DRIFT
+        row = ctx.decode_rows([(15, 0)])[0]  # sequence 0 goes on alone
+        own[0].append(15)
+        assert np.abs(row - alone(model, PREFIX + own[0])).max() < DRIFT
+        ctx.end_fork(keep, n)
+        kept = PREFIX + (own[keep] if n is None else own[keep][:n])
+        assert ctx.tokens == kept
+        assert np.abs(ctx.decode([7], [0])[0] - alone(model, kept, 7)).max() < DRIFT
+        ctx.close()
+
+
+def test_forks_are_refused_where_they_cannot_be_and_dropped_by_any_other_use(model):
+    ctx = Context(model, n_ctx=256)
+    ctx.decode(PREFIX)
+    with pytest.raises(EdgespecError, match="branches"):
+        ctx.fork(1)
+    ctx.close()
+    ctx = Context(model, n_ctx=256, branches=2)
+    ctx.decode(PREFIX)
+    ctx.fork(1)
+    with pytest.raises(EdgespecError, match="one row for each"):
+        ctx.decode_rows([(12, 0), (13, 0)])
+    with pytest.raises(EdgespecError, match="one row for each"):
+        ctx.decode_rows([(12, 2)])
+    ctx.decode_rows([(12, 0), (20, 1)])
+    ctx.decode([13])  # a plain decode keeps sequence 0's own and drops the branch
+    assert ctx.tokens == PREFIX + [12, 13]
+    assert np.abs(ctx.decode([7], [0])[0] - alone(model, PREFIX + [12, 13], 7)).max() < DRIFT
+    ctx.close()
+
+
+def test_many_forked_rounds_leave_the_cache_as_a_fresh_decode(model):
+    # a draft model's rounds: a chain from the root, a branch forked somewhere along it, one of them kept in part
+    rng = np.random.default_rng(1)
+    ctx = Context(model, n_ctx=512, branches=2)
+    ctx.decode(PREFIX)
+    for _ in range(30):
+        n = int(rng.integers(1, 6))
+        chain = [int(t) for t in rng.integers(3, 200, size=n)]
+        at = int(rng.integers(0, n))
+        ctx.decode(chain[:at])
+        ctx.fork(1)
+        grown = [int(t) for t in rng.integers(3, 200, size=int(rng.integers(1, 4)))]
+        for i in range(max(n - at, len(grown))):
+            rows = [(chain[at + i], 0)] if at + i < n else []
+            ctx.decode_rows(rows + ([(grown[i], 1)] if i < len(grown) else []))
+        keep = int(rng.integers(0, 2))
+        ctx.end_fork(keep, int(rng.integers(0, 1 + (len(grown) if keep else n - at))))
+    held = list(ctx.tokens)
+    assert len(held) > len(PREFIX) + 20
+    assert np.abs(ctx.decode([7], [0])[0] - alone(model, held, 7)).max() < DRIFT
+    ctx.close()

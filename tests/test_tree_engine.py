@@ -126,13 +126,15 @@ def test_smollm_f16_greedy_with_trees_equals_plain_exactly(smollm_f16, monkeypat
 
 
 
-def draft_tree_engine(target, draft, width=3, n_ctx=1024, lookup=False):
+def draft_tree_engine(target, draft, width=3, n_ctx=1024, lookup=False, branch=False):
     """A draft model (alone, or behind lookup) with trees on: rows cost almost nothing, so its second choices are
-    worth verifying as sibling leaves."""
+    worth verifying as sibling leaves. branch: its context made for a branch, which it drafts at its first
+    position whatever its confidence."""
     from edgespec.proposers import DraftModelProposer, HybridProposer
 
     t, d = Model(target), Model(draft)
-    dm = DraftModelProposer(Context(d, n_ctx), t.n_vocab)
+    dm = DraftModelProposer(Context(d, n_ctx, branches=2 if branch else 1), t.n_vocab)
+    dm.split = 1.0
     proposer = HybridProposer(dm, PromptLookupProposer()) if lookup else dm
     verify = {m: 1.0 + 0.01 * (m - 1) for m in range(1, 40)}
     e = edgespec.Engine(Context(t, n_ctx, branches=width), proposer, 4, True,
@@ -235,9 +237,10 @@ def test_qwen_f16_pair_with_trees_equals_plain_exactly(monkeypatch):
     from test_real_models import PROMPTS as REAL, qwen_pair
 
     target, draft = qwen_pair("1.5b-instruct-f16")
-    for kind in ("lookup", "draft", "hybrid"):
+    for kind in ("lookup", "draft", "hybrid", "draft+branch", "hybrid+branch"):
         e = tree_engine(target, n_ctx=2048) if kind == "lookup" else \
-            draft_tree_engine(target, draft, width=4, n_ctx=2048, lookup=kind == "hybrid")
+            draft_tree_engine(target, draft, width=4, n_ctx=2048, lookup=kind.startswith("hybrid"),
+                              branch=kind.endswith("branch"))
         trees = Trees(e.target, monkeypatch)
         for prompt in REAL[:3] + ["Repeat after me: the red fox ran, the red hen sat, the red fox sat, the red hen ran."]:
             tokens = e.tokenize(prompt, chat_format=True)
@@ -258,3 +261,122 @@ def test_a_fixed_k_with_trees_verifies_second_choices_every_round(tiny_pair):
         rounds = spec.stats.rounds_by_reason
         assert leaf_rounds(spec.stats) >= sum(rounds.values()) - rounds.get("first", 0) - 2, rounds  # the last may be short
     e.close()
+
+
+class Branches:
+    """Counts, per round, how many tokens of the draft model's branch the accepted path took (0: none)."""
+
+    def __init__(self, engine):
+        from edgespec.proposers import DraftModelProposer
+
+        dm = next(p for p in getattr(engine.proposer, "parts", (engine.proposer,)) if isinstance(p, DraftModelProposer))
+        self.took = []
+        real = dm.keep_branch
+
+        def counting(n):
+            self.took.append(n)
+            real(n)
+
+        dm.keep_branch = counting
+        self.draft = dm
+
+    @property
+    def deep(self):  # rounds whose path went past the branch's first token
+        return sum(n >= 2 for n in self.took)
+
+
+@pytest.mark.parametrize("lookup", [False, True])
+def test_greedy_identity_with_the_draft_models_branches(tiny_pair, lookup):
+    e = draft_tree_engine(*tiny_pair, lookup=lookup, branch=True)
+    branches = Branches(e)
+    for prompt in PROMPTS + BRANCHING:
+        tokens = e.tokenize(prompt)
+        plain = e.generate(tokens, max_tokens=40, speculative=False)
+        spec = e.generate(tokens, max_tokens=40)
+        assert_identical_or_near_tie(e.model, tokens, plain.tokens, spec.tokens, 8, trees=True)
+    # the draft's cache after all those branches holds what it says it holds, and no branch's cells
+    from edgespec.backend.llama import ll
+
+    ctx = branches.draft.ctx
+    held = list(ctx.tokens)
+    assert ll.llama_memory_seq_pos_max(ctx._mem, 0) == len(held) - 1
+    assert ll.llama_memory_seq_pos_max(ctx._mem, 1) == -1
+    row = ctx.decode([7], [0])[0]
+    fresh = Context(ctx.model, 1024)
+    # ~200 tokens decoded a few at a time against all at once: a chain-only draft differs by up to ~0.02 here too
+    assert np.abs(row - fresh.decode(held + [7], [len(held)])[0]).max() < 0.05
+    fresh.close()
+    e.close()
+    assert len(branches.took) >= 100 and branches.deep >= 20, branches.took
+
+
+SPREAD = "x = 1\ny = 2\nx = 3\ny = 4\nx ="  # the tiny draft and target differ much at its next positions
+
+
+def first_three(e, rounds=5000):
+    """The first round is a plain step, so a branch at the second round's first position decides the second and
+    third tokens: the joint of the first three against the exact one (top-5, 125 outcomes)."""
+    branches = Branches(e)
+    counts, expected = first_two_counts(e, e.tokenize(SPREAD), TOP5, rounds, n=3, max_tokens=4)
+    e.close()
+    return counts, expected, branches
+
+
+def test_sampled_with_the_draft_models_branches_follows_the_target(tiny_pair):
+    counts, expected, branches = first_three(draft_tree_engine(*tiny_pair, branch=True))
+    assert branches.deep >= 300, branches.deep
+    assert_follows(counts, expected)
+
+
+def test_a_sampled_branch_carries_the_q_each_of_its_tokens_was_drawn_from(tiny_pair):
+    """The chi-square above sees a branch only where its first round's head passed (weak against a wrong q: a flat
+    one in place of the draft's gave 63 against a threshold of 123), so the q each branch token carries is checked
+    directly: the draft's distribution after the text, the chain up to the fork, the second choice and the branch's
+    tokens before it, decoded alone."""
+    from edgespec import SamplingConfig
+    from edgespec.sampling import probabilities
+
+    e = draft_tree_engine(*tiny_pair, branch=True)
+    dm = Branches(e).draft
+    seen, real = [], dm.propose
+
+    def spy(seq, *args, **kwargs):
+        prop = real(seq, *args, **kwargs)
+        if prop.branch is not None:
+            seen.append((list(seq), prop))
+        return prop
+
+    dm.propose = spy
+    cfg = SamplingConfig(**TOP5)
+    for seed in range(12):
+        e.generate(e.tokenize(SPREAD), sampling=SamplingConfig(**TOP5, seed=seed), max_tokens=12)
+    fresh = Context(dm.ctx.model, 256)
+    checked = 0
+    for seq, prop in seen[:30]:
+        at, grown, qs = prop.branch
+        text = seq + prop.tokens[:at] + [prop.alternatives[at][0]]
+        for token, q in zip(grown, qs):
+            fresh.clear()
+            want = probabilities(fresh.decode(text, [len(text) - 1])[0], cfg)
+            assert np.abs(q[:len(want)] - want).max() < 0.02 and q[token] > 0
+            text.append(token)
+            checked += 1
+    fresh.close(), e.close()
+    assert checked >= 20
+
+
+def test_smollm_f16_with_branches_equals_plain_exactly(smollm_f16):
+    from edgespec import default_model
+
+    for lookup in (False, True):
+        e = draft_tree_engine(smollm_f16, default_model.path(), n_ctx=2048, lookup=lookup, branch=True)
+        branches = Branches(e)
+        branches.draft.split = 0.6  # where the draft is unsure: a near copy of the target rarely fails elsewhere
+        for prompt in ["List the planets in order, one per line.", "Explain in two sentences why the sky is blue.",
+                       "Write a Python function that reverses a list."]:
+            tokens = e.tokenize(prompt, chat_format=True)
+            plain = e.generate(tokens, max_tokens=48, speculative=False)
+            spec = e.generate(tokens, max_tokens=48, draft_max=4, adaptive=False)  # a branch every round
+            assert spec.tokens == plain.tokens, (prompt, lookup)
+        e.close()
+        assert len(branches.took) >= 10 and max(branches.took) >= 2, (lookup, branches.took)

@@ -48,7 +48,8 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 class Context(_Context):
     """One KV cache (sequence 0) of a model, with the list of tokens it holds. branches > 1: it can also decode a
-    verification tree of up to that many leaves (decode_tree), its cells shared by the branches through them."""
+    verification tree of up to that many leaves (decode_tree), its cells shared by the branches through them, or
+    grow branches beside sequence 0 a token at a time (fork / decode_rows / end_fork: a draft model's)."""
 
     def __init__(self, model: Model, n_ctx: int = 4096, n_threads: int | None = None, n_batch: int = 512,
                  branches: int = 1) -> None:
@@ -73,6 +74,7 @@ class Context(_Context):
         self.tokens: list[int] = []
         self.llama_s = 0.0  # wall time spent inside llama.cpp calls, for the overhead figure
         self._tree: _Pending | None = None  # a decoded tree waiting for keep_path()
+        self._fork: tuple[int, dict[int, list[int]]] | None = None  # forks: where, and each branch's own tokens
 
     @property
     def room(self) -> int:
@@ -212,10 +214,88 @@ class Context(_Context):
             raise BackendError(f"llama.cpp could not remove a verification tree from the cache of {self.model.path}")
         self.tokens.extend(tree.tokens[i] for i in path)
 
-    def _settle(self) -> None:
-        """A tree left undecided (an error between decode_tree and keep_path): drop it, keep the root."""
+    def fork(self, branch: int) -> None:
+        """Sequence `branch` (1 to branches - 1) starts as what sequence 0 holds now, its cells shared, not copied;
+        decode_rows() then grows each apart. end_fork() keeps one of them; any other use of the cache keeps 0's."""
+        self._open()
         if self._tree is not None:
             self._drop_tree()
+        if not 0 < branch < self.branches:
+            raise EdgespecError(f"branch {branch} needs a context made with branches > {branch}, this one has "
+                                f"{self.branches}")
+        at, own = self._fork or (len(self.tokens), {})
+        if branch in own or at != len(self.tokens):
+            raise EdgespecError("a branch forks from sequence 0 once, before sequence 0 grows further")
+        ll.llama_memory_seq_cp(self._mem, 0, branch, -1, -1)
+        own[branch] = []
+        self._fork = (at, own)
+
+    def decode_rows(self, rows: Sequence[tuple[int, int]]) -> np.ndarray:
+        """One token appended to each of several sequences (0 or a fork's branch) in one decode: (token, sequence)
+        rows, one per sequence; returns their logits in that order."""
+        self._open()
+        at, own = self._fork or (len(self.tokens), {})
+        lists = {0: self.tokens, **own}
+        if len({s for _, s in rows}) != len(rows) or any(s not in lists for _, s in rows):
+            raise EdgespecError(f"decode_rows takes one row for each of sequence 0 and the forked branches "
+                                f"{sorted(own)}, got sequences {[s for _, s in rows]}")
+        if len(rows) > self.n_batch or any(at + len(own[s]) >= self.n_ctx if s else self.room < 1 for _, s in rows):
+            raise ContextOverflowError(f"{len(rows)} rows do not fit in the context ({self.n_ctx} tokens)")
+        b = self._batch
+        pos = [len(self.tokens) if s == 0 else at + len(own[s]) for _, s in rows]
+        t0 = time.perf_counter()
+        try:
+            for j, (tok, s) in enumerate(rows):
+                b.token[j], b.pos[j], b.logits[j], b.n_seq_id[j] = tok, pos[j], True, 1
+                b.seq_id[j][0] = s
+            b.n_tokens = len(rows)
+            for tok, s in rows:
+                lists[s].append(tok)
+            rc = ll.llama_decode(self._ptr, b)
+            if rc != 0:
+                raise BackendError(f"llama_decode failed with code {rc}: {_last_error()}")
+            return np.stack([np.ctypeslib.as_array(ll.llama_get_logits_ith(self._ptr, j),
+                                                   shape=(self.model.n_vocab,)) for j in range(len(rows))])
+        except BaseException:
+            ok = True
+            for (_, s), p in zip(rows, pos):
+                ok = ll.llama_memory_seq_rm(self._mem, s, p, -1) and ok
+                del lists[s][p - (0 if s == 0 else at):]
+            if not ok:
+                self.clear()
+            raise
+        finally:
+            self.llama_s += time.perf_counter() - t0
+
+    def end_fork(self, branch: int = 0, n: int | None = None) -> None:
+        """Keep what sequence 0 held at the fork, then the first n tokens (all: None) of `branch`'s own (0: sequence
+        0's); remove every other cell and the branches' sequences (results checked)."""
+        if self._fork is None:
+            return
+        (at, own), self._fork = self._fork, None
+        t0 = time.perf_counter()
+        grown = self.tokens[at:] if branch == 0 else own.get(branch, [])
+        n = len(grown) if n is None else min(n, len(grown))
+        if branch:
+            ok = ll.llama_memory_seq_rm(self._mem, 0, at, -1)
+            ll.llama_memory_seq_cp(self._mem, branch, 0, at, at + n)
+        else:
+            ok = ll.llama_memory_seq_rm(self._mem, 0, at + n, -1)
+        for s in own:
+            ok = ll.llama_memory_seq_rm(self._mem, s, -1, -1) and ok
+        self.tokens[at:] = grown[:n]
+        self.llama_s += time.perf_counter() - t0
+        if not ok:
+            self.clear()
+            raise BackendError(f"llama.cpp could not remove a drafted branch from the cache of {self.model.path}")
+
+    def _settle(self) -> None:
+        """A tree left undecided (an error between decode_tree and keep_path): drop it, keep the root. Branches
+        left forked: drop them, keep sequence 0's own."""
+        if self._tree is not None:
+            self._drop_tree()
+        if self._fork is not None:
+            self.end_fork()
 
     def _drop_tree(self, keep_root: bool = True) -> None:
         tree, self._tree = self._tree, None
@@ -245,7 +325,7 @@ class Context(_Context):
         self._open()
         ll.llama_memory_clear(self._mem, True)
         self.tokens.clear()
-        self._tree = None
+        self._tree = self._fork = None
 
     def sync(self, seq: Sequence[int]) -> int:
         """Make the cache hold exactly seq, keeping the prefix it already shares with seq; returns tokens decoded."""

@@ -28,6 +28,9 @@ class Proposal:
     # A draft model's second choice at each drafted position, drawn without the token it drafted, and the q that
     # choice was drawn from (None: greedy), for a verification tree's sibling leaves; None: not asked for
     alternatives: list[tuple[int, np.ndarray | None]] | None = None
+    # A draft model's branch: the position whose second choice heads it, the tokens drafted after that choice, and
+    # their q (None: greedy); None: no branch
+    branch: tuple[int, list[int], list[np.ndarray] | None] | None = None
 
 
 EMPTY = Proposal([])

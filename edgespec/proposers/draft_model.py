@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -10,6 +10,9 @@ from ..backend import Context
 from ..sampling import SamplingConfig, probabilities, sample
 from ..tree import without
 from . import Proposal
+
+
+SPLIT = 0.8
 
 
 class DraftModelProposer:
@@ -22,6 +25,9 @@ class DraftModelProposer:
         self.read_s: float | None = None
         self.n_vocab = target_n_vocab  # q rows are cut or padded to the target's vocab so p - q lines up
         self.p_min = p_min  # stop drafting when the draft's own top probability falls below this (0 = never)
+        self.split = SPLIT  # a branch forks only where the draft's top probability is under this
+        self._steps: list[float | None] = [None, None]  # seconds of a draft decode of one row, and of two
+        self.branch_s = 0.0  # of the last propose(), the seconds its branch added (an estimate)
 
     def behind(self, seq: Sequence[int]) -> int:
         """Tokens of seq, before its last, that this model has not read: what a proposal from seq reads first."""
@@ -32,11 +38,16 @@ class DraftModelProposer:
             self.ctx.sync(seq[:-1])
 
     def propose(self, seq: Sequence[int], k: int, sampling: SamplingConfig, rng: np.random.Generator,
-                guide=None, alternatives: bool = False) -> Proposal:
+                guide=None, alternatives: bool = False, branch: Callable[[int], int] | None = None) -> Proposal:
         """alternatives: also a second choice at each position (Proposal.alternatives), for a verification tree:
         greedy, the best token other than the one drafted; sampling, a draw from q without it (tree.without),
-        which is the q that choice carries."""
+        which is the q that choice carries. branch (with alternatives, on a context of 2 branches or more): at the
+        first position i whose top probability is under `split` (where the draft's confidence splits),
+        branch(i) tokens are drafted after the second choice there too (Proposal.branch), each in the same decode
+        as a token of the chain, while the chain lasts. The decision looks at the draft's distribution at i, never
+        at the tokens drawn there, so a sampled second choice still carries its q."""
         k = min(k, self.ctx.n_ctx - len(seq) + 1)  # seq plus k-1 drafted tokens must fit in the draft's cache
+        self.branch_s = 0.0
         if k <= 0:
             return Proposal([])
         t0 = time.perf_counter()
@@ -49,7 +60,11 @@ class DraftModelProposer:
         tokens: list[int] = []
         qs: list[np.ndarray] = []
         alts: list[tuple[int, np.ndarray | None]] = []
+        forked: tuple[int, int, list[int], list[np.ndarray]] | None = None  # at, length, tokens, qs
+        branch_logits = None
         model = self.ctx.model
+        if guide is not None or not alternatives or self.ctx.branches < 2:
+            branch = None
         pushed = 0
         try:
             for i in range(k):
@@ -59,7 +74,8 @@ class DraftModelProposer:
                         break
                 if sampling.greedy:
                     tok = int(np.argmax(logits))
-                    if self.p_min > 0 and _top_probability(logits) < self.p_min:
+                    top = _top_probability(logits) if self.p_min > 0 or branch is not None else 1.0
+                    if top < self.p_min:
                         break
                     if alternatives:
                         second = logits.copy()
@@ -67,24 +83,78 @@ class DraftModelProposer:
                         alts.append((int(np.argmax(second)), None))
                 else:
                     q = probabilities(logits, sampling)
-                    if self.p_min > 0 and q.max() < self.p_min:
+                    top = float(q.max())
+                    if top < self.p_min:
                         break
                     tok = sample(q, rng)
                     qs.append(self._fit(q))
                     if alternatives:
                         rest = without(q, [tok])
                         alts.append((sample(rest, rng), self._fit(rest)) if rest.any() else (-1, None))
+                if forked is not None and len(forked[2]) < forked[1]:  # the branch's next token, from its own row
+                    b, bq = self._choose(branch_logits, sampling, rng)
+                    forked[2].append(b)
+                    if bq is not None:
+                        forked[3].append(bq)
                 tokens.append(tok)
                 if i == k - 1 or model.is_eog(tok):
                     break  # nothing is worth drafting past the end of the text
                 if guide is not None:
                     guide.push(tok)
                     pushed += 1
-                logits = self.ctx.decode([tok], [0])[0]
+                if forked is None and branch is not None and top < self.split and alts[i][0] >= 0:
+                    n = min(branch(i), k - 1 - i)
+                    if n > 0:
+                        self.ctx.fork(1)
+                        forked = (i, n, [], [])
+                t1 = time.perf_counter()
+                if forked is None:
+                    logits = self.ctx.decode([tok], [0])[0]
+                    if branch is not None:
+                        self._time_step(time.perf_counter() - t1, pair=False)
+                    continue
+                at, n, grown, _ = forked
+                last = grown[-1] if grown else alts[at][0]
+                if len(grown) < n and not model.is_eog(last):
+                    logits, branch_logits = self.ctx.decode_rows([(tok, 0), (last, 1)])
+                    self._time_step(time.perf_counter() - t1, pair=True)
+                else:
+                    forked = (at, len(grown), grown, forked[3])  # the branch ends here
+                    logits = self.ctx.decode_rows([(tok, 0)])[0]
+                    self._time_step(time.perf_counter() - t1, pair=False)
         finally:
             if pushed:
                 guide.pop(pushed)
-        return Proposal(tokens, qs or None, ["draft"] * len(tokens), alternatives=alts if alternatives else None)
+        out = Proposal(tokens, qs or None, ["draft"] * len(tokens), alternatives=alts if alternatives else None)
+        if forked is not None:
+            out.branch = (forked[0], forked[2], forked[3] or None)
+        return out
+
+    def _choose(self, logits: np.ndarray, sampling: SamplingConfig, rng: np.random.Generator
+                ) -> tuple[int, np.ndarray | None]:
+        if sampling.greedy:
+            return int(np.argmax(logits)), None
+        q = probabilities(logits, sampling)
+        return sample(q, rng), self._fit(q)
+
+    def _time_step(self, seconds: float, pair: bool) -> None:
+        """The seconds of a decode of one row and of two (the chain's and a branch's), averaged: what a branch
+        adds to the draft (extra_row_s, self.branch_s for this round), so a policy prices the chain's drafting
+        without it."""
+        i = int(pair)
+        self._steps[i] = seconds if self._steps[i] is None else self._steps[i] + 0.2 * (seconds - self._steps[i])
+        if pair and self.extra_row_s is not None:
+            self.branch_s += self.extra_row_s
+
+    @property
+    def extra_row_s(self) -> float | None:
+        one, two = self._steps
+        return None if one is None or two is None else max(0.0, two - one)
+
+    def keep_branch(self, took: int) -> None:
+        """After verification: the draft's cache keeps the branch's first `took` tokens where the accepted path
+        went through it (0: the chain's, as drafted); the rest is removed."""
+        self.ctx.end_fork(1 if took else 0, took if took else None)
 
     def _fit(self, q: np.ndarray) -> np.ndarray:
         if len(q) == self.n_vocab:
