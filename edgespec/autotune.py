@@ -108,7 +108,7 @@ def tune(engine: Engine, budget_s: float = 90.0, max_tokens: int = 48, lookup: b
         (lookup_policy,) = rep.policies["lookup"]
         out.lookup_entry = lookup_policy.learned()
     if save:
-        key = profile.key(engine.model.path, engine.target.n_threads, engine.model.n_gpu_layers)
+        key = profile.key(engine.model.path, engine.target.n_threads, engine.model.n_gpu_layers, engine.model.rpc)
         old = profile.load(key)
         proposers = dict(old.proposers) if old is not None else {}
         if out.draft_entry is not None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
+from typing import Sequence
 
 import numpy as np
 
@@ -34,16 +35,17 @@ class BatchEngine:
     def __init__(self, target: str, draft: str | None = None, *, parallel: int = 4, n_ctx: int = 4096,
                  n_threads: int | None = None, n_gpu_layers: int = 0, draft_n_gpu_layers: int | None = None,
                  draft_n_threads: int | None = None, lookup: bool = False, draft_max: int = 8,
-                 max_queue: int | None = None) -> None:
+                 max_queue: int | None = None, rpc: Sequence[str] = (), draft_rpc: Sequence[str] = (),
+                 tensor_split: Sequence[float] = ()) -> None:
         if parallel < 1:
             raise InvalidArgument(f"parallel must be at least 1, got {parallel}")
-        self.model = Model(target, n_gpu_layers)
+        self.model = Model(target, n_gpu_layers, rpc=rpc, tensor_split=tensor_split)
         self.parallel, self.draft_max = parallel, draft_max
         n_batch = max(512, parallel * (draft_max + 1))
         self.target = SeqContext(self.model, n_ctx, parallel, n_threads, n_batch)
         self.draft: SeqContext | None = None
         if draft is not None:
-            dm = Model(draft, n_gpu_layers if draft_n_gpu_layers is None else draft_n_gpu_layers)
+            dm = Model(draft, n_gpu_layers if draft_n_gpu_layers is None else draft_n_gpu_layers, rpc=draft_rpc)
             check_pair(VocabInfo.of(self.model), VocabInfo.of(dm))
             self.draft = SeqContext(dm, n_ctx, parallel, draft_n_threads or n_threads, n_batch)
         if self.model.is_recurrent:

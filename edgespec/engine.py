@@ -118,21 +118,21 @@ class Engine:
         lookup: bool = False,
         draft_max: int = DEFAULT_DRAFT_MAX,
         adaptive: bool = True,
-        tree_width: int = 1,
+        tree_width: int = 1, rpc: Sequence[str] = (), draft_rpc: Sequence[str] = (), tensor_split: Sequence[float] = (),
     ) -> "Engine":
         """Load a target and its proposer: a draft model (checked against the target), prompt lookup
         (lookup=True, no model), or both (the hybrid: lookup first, the draft fills the rest). Draft settings
-        left as None follow the target's."""
+        left as None follow the target's. rpc: rpc-servers the target is split over (backend/rpc.py)."""
         if n_ctx < 1:
             raise EdgespecError(f"context size must be at least 1, got {n_ctx}")
         if draft_max < 0:
             raise EdgespecError(f"draft length must be >= 0, got {draft_max}")
         if tree_width < 1:
             raise EdgespecError(f"tree width must be >= 1, got {tree_width}")
-        tm = Model(target, n_gpu_layers)
+        tm = Model(target, n_gpu_layers, rpc=rpc, tensor_split=tensor_split)
         proposer = None
         if draft is not None:
-            dm = Model(draft, n_gpu_layers if draft_n_gpu_layers is None else draft_n_gpu_layers)
+            dm = Model(draft, n_gpu_layers if draft_n_gpu_layers is None else draft_n_gpu_layers, rpc=draft_rpc)
             check_pair(VocabInfo.of(tm), VocabInfo.of(dm))
             proposer = DraftModelProposer(Context(dm, draft_n_ctx or n_ctx, draft_n_threads or n_threads,
                                                   branches=min(tree_width, 2)), tm.n_vocab, p_min=draft_p_min)
@@ -349,7 +349,7 @@ class Engine:
 
     def _profile_key(self) -> dict | None:
         try:
-            return profile.key(self.model.path, self.target.n_threads, self.model.n_gpu_layers)
+            return profile.key(self.model.path, self.target.n_threads, self.model.n_gpu_layers, self.model.rpc)
         except OSError:  # the file is gone since it was loaded: time it, keep nothing
             return None
 

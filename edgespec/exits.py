@@ -3,7 +3,7 @@ way a command can stop becomes one line on stderr and a documented exit code, ne
 
 Exit codes: 0 done; 1 could not do what was asked (a model file, a download, the context, writing the output);
 2 the command line, the settings file or an EDGESPEC_* variable is wrong; 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP
-(after printing what was generated); 70 a bug of ours.
+(after printing what was generated); 75 an rpc-server went away mid-decode (backend/rpc.py); 70 a bug of ours.
 """
 from __future__ import annotations
 

@@ -7,6 +7,8 @@ import time
 
 import click
 
+from .options import RPC_OPTIONS
+
 MODEL_OPTIONS = [
     click.option("--model", "-m", metavar="GGUF", help="Target: a file, a preset, or REPO:FILE (default: the "
                  "embedded SmolLM2-135M)."),
@@ -17,6 +19,7 @@ MODEL_OPTIONS = [
     click.option("--ctx-size", "-c", default=2048, show_default=True, type=click.IntRange(min=64)),
     click.option("--draft-max", "-k", default=8, show_default=True, type=click.IntRange(min=1),
                  help="Most tokens an adaptive mode drafts per round."),
+    *RPC_OPTIONS,
     click.option("--verbose", is_flag=True, help="Show llama.cpp's own log."),
 ]
 
@@ -36,7 +39,8 @@ def _load(opts: dict, tree_width: int = 1):
                                               "no_spec": False, "verbose": opts["verbose"]})
     engine = Engine.load(model, draft, n_ctx=opts["ctx_size"], n_threads=opts["threads"],
                          n_gpu_layers=opts["gpu_layers"], draft_n_gpu_layers=opts["draft_gpu_layers"],
-                         draft_max=opts["draft_max"], tree_width=tree_width)
+                         draft_max=opts["draft_max"], tree_width=tree_width, rpc=opts["rpc"],
+                         draft_rpc=opts["draft_rpc"], tensor_split=opts["tensor_split"])
     return engine, model, draft
 
 

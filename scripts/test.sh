@@ -4,5 +4,5 @@
 # Qwen2.5-Coder tests (models from ../shared/models/fetch-bench-models.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+EDGESPEC_RPC=1 scripts/setup.sh  # the tests also start rpc-servers (test_rpc.py)
 exec .venv/bin/python -m pytest -ra "$@"

@@ -9,6 +9,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import BackendError, ContextOverflowError, EdgespecError, ModelLoadError
+from . import rpc
 from .llama import _Freed, _last_error, default_threads, ll
 from .model import Model
 
@@ -68,6 +69,8 @@ class Context(_Context):
         if not self._ptr:
             raise ModelLoadError(f"llama.cpp could not create a {n_ctx}-token context for {model.path}: {_last_error()}")
         self._mem = ll.llama_get_memory(self._ptr)
+        if model.rpc:
+            rpc.track(self)
         self.n_ctx: int = ll.llama_n_ctx(self._ptr)
         self.n_batch: int = min(n_batch, n_ctx)
         self._batch = ll.llama_batch_init(self.n_batch, 0, self.branches)
@@ -369,6 +372,8 @@ class SeqContext(_Context):
             raise ModelLoadError(f"llama.cpp could not create {n_seq} sequences of {n_ctx} tokens for {model.path}: "
                                  f"{_last_error()}")
         self._mem = ll.llama_get_memory(self._ptr)
+        if model.rpc:
+            rpc.track(self)
         self.n_seq = n_seq
         self.n_ctx: int = ll.llama_n_ctx(self._ptr) // n_seq  # per sequence
         self.n_batch = n_batch

@@ -10,15 +10,20 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import BackendError, EdgespecError, InvalidArgument, ModelLoadError
-from . import llama
+from . import llama, rpc as rpc_backend
 from .llama import _Freed, _Interruptible, _last_error, ll
 
 class Model(_Freed):
     """A loaded GGUF model: weights and vocabulary, no KV cache."""
 
-    def __init__(self, path: str | os.PathLike, n_gpu_layers: int = 0, vocab_only: bool = False) -> None:
+    def __init__(self, path: str | os.PathLike, n_gpu_layers: int = 0, vocab_only: bool = False,
+                 rpc: str | Sequence[str] = (), tensor_split: Sequence[float] = ()) -> None:
+        """rpc: endpoints of rpc-servers (rpc.py) whose devices take this model's offloaded layers before the local
+        GPUs' (n_gpu_layers 0 then means all of them); without it, once a process uses servers, a model stays on
+        this machine. tensor_split: the proportion of layers for each device, in that order."""
         self.path = os.fspath(path)
-        self.n_gpu_layers = n_gpu_layers
+        self.n_gpu_layers = n_gpu_layers = -1 if rpc and n_gpu_layers == 0 else n_gpu_layers
+        self.rpc = rpc_backend.parse(rpc) if rpc else []
         self._ptr = None
         if os.path.isdir(self.path):
             raise ModelLoadError(f"{self.path} is a directory, not a model file; name the .gguf file inside it")
@@ -34,6 +39,14 @@ class Model(_Freed):
         params = ll.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
         params.vocab_only = vocab_only  # metadata and vocabulary without the weights: instant, for checks
+        devices = split = None  # kept alive for the load
+        if self.rpc or (rpc_backend.uses_servers() and not vocab_only):
+            devices = rpc_backend.device_list((rpc_backend.devices(self.rpc) if self.rpc else [])
+                                              + rpc_backend.local_devices())
+            params.devices = ctypes.cast(devices, ctypes.c_void_p)
+        if tensor_split:
+            split = rpc_backend.tensor_split(tensor_split)
+            params.tensor_split = ctypes.cast(split, ctypes.POINTER(ctypes.c_float))
         since = llama._log_count
         with _Interruptible() as guard:
             progress = ll.llama_progress_callback(guard.progress)  # kept alive for the call
@@ -43,6 +56,8 @@ class Model(_Freed):
                 return  # KeyboardInterrupt is raised on leaving the block
         if not self._ptr:
             raise ModelLoadError(f"llama.cpp could not load {self.path}: {_last_error(since)}")
+        if self.rpc:
+            rpc_backend.track(self, model=True)
         self._vocab = ll.llama_model_get_vocab(self._ptr)
         self.n_vocab: int = ll.llama_vocab_n_tokens(self._vocab)
         self.n_ctx_train: int = ll.llama_model_n_ctx_train(self._ptr)
