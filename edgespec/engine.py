@@ -67,9 +67,8 @@ class Engine:
     def __init__(self, target: Context, proposer: Proposer | None = None, draft_max: int = DEFAULT_DRAFT_MAX,
                  adaptive: bool = True, cost: CostModel | None = None, tree_width: int = 1):
         """draft_max: the most tokens drafted per round; adaptive: choose fewer (or none) by measured cost;
-        tree_width > 1: verification trees of up to that many branches (the target context made with branches >=
-        tree_width): lookup alone offers several continuations, a draft model its second choices as leaves and
-        a branch after one where its confidence splits, each node verified only where it is expected to pay.
+        tree_width > 1: trees of up to that many branches (the target context made with branches >= tree_width),
+        each node verified only where it is expected to pay (drafting.Chain; README "Verification trees").
 
         One generation runs at a time: a call from another thread waits until the one before it has finished
         (its output is what it would have been alone), and a stream left unfinished holds the engine until it is
@@ -330,7 +329,8 @@ class Engine:
         t4 = time.perf_counter()
         for phase, dt in (("draft", t1 - t0), ("prepare", t2 - t1), ("verify", t3 - t2), ("accept", t4 - t3)):
             stats.phase_s[phase] += dt
-        self._cost.observe_verify(len(batch), t3 - t2)
+        if reason != "first":  # the first decode after a prompt finishes its work (over RPC: 10x a step)
+            self._cost.observe_verify(len(batch), t3 - t2)
         depth, taken = (max(tree.shape()[0]), tuple(prop.sources[i] for i in path)) if tree is not None \
             else (None, None)
         stats.add_round(RoundRecord(len(prop.tokens), n, len(emitted), t4 - t0, self._llama_seconds(run) - llama0,

@@ -177,3 +177,17 @@ def test_catching_up_is_not_counted_as_the_cost_of_drafting(tiny_pair):
     assert draft.catch_up_s == 0.0  # only the round's own tokens: part of drafting
     draft.close()
     t.close()
+
+
+def test_the_first_round_after_a_prompt_is_kept_out_of_the_verify_curve(tiny_pair, monkeypatch):
+    # The first decode after a prompt finishes the prompt's work (over RPC it measured 366-541 ms against 40 for a
+    # step): timed into T_v(1), it made a plain step look dear and drafting look worth it where it was not.
+    e = edgespec.Engine.load(tiny_pair[0], draft=tiny_pair[1], n_ctx=512)
+    e.calibrate()  # the curve timed first, so that only the rounds feed it below
+    seen = []
+    real = e._cost.observe_verify
+    monkeypatch.setattr(e._cost, "observe_verify", lambda m, s: (seen.append(m), real(m, s)))
+    r = e.generate(e.tokenize("Once upon a time"), max_tokens=16)
+    e.close()
+    assert r.stats.rounds_by_reason.get("first") == 1
+    assert len(seen) == r.stats.n_rounds - 1

@@ -92,6 +92,18 @@ def test_a_target_split_over_two_servers_writes_what_it_writes_locally(smollm_f1
         e.close(), local.close()
 
 
+def test_the_draft_on_a_server_of_its_own_and_the_target_here(smollm_f16, servers):
+    local, e = spec_engine(smollm_f16), spec_engine(smollm_f16, draft_rpc=servers[1:])
+    try:
+        assert e.model.rpc == [] and e.proposer.ctx.model.rpc == servers[1:]
+        for prompt in PROMPTS[:2]:
+            tokens = e.tokenize(prompt, chat_format=True)
+            want = local.generate(tokens, max_tokens=32, speculative=False).tokens
+            assert e.generate(tokens, max_tokens=32).tokens == want, prompt
+    finally:
+        e.close(), local.close()
+
+
 def test_servers_are_checked_before_llama_cpp_is_given_them():
     with pytest.raises(edgespec.InvalidArgument, match="HOST:PORT"):
         rpc.parse("127.0.0.1:notaport")
