@@ -312,34 +312,29 @@ class Chain:
         """For a draft model drafting k tokens after `offset` of earlier parts': how many to draft after its second
         choice at its position i (DraftLength.branch_length), from the round's measured acceptance only."""
         def length(i: int) -> int:
-            accept = []
-            for x in self._used:
-                accept += x.policy.keyed(x.key).acceptances(x.n)
-            accept = accept[:offset] + link.policy.keyed(None).acceptances(k)
+            accept = self._accept()[:offset] + link.policy.keyed(None).acceptances(k)
             return link.policy.branch_length(accept, offset + i, k - 1 - i, link.policy.cost.t_draft(k) or 0.0,
                                              link.part.extra_row_s, self.adaptive)
         return length
 
+    def _accept(self) -> list[float]:
+        """The chance each position of the round's chain passes, its earlier ones passed: each part's own estimate."""
+        return [a for x in self._used for a in x.policy.keyed(x.key).acceptances(x.n)]
+
     def _second_choices(self, tokens: list[int], rows: int) -> tuple[list, list[int]] | None:
-        """The nodes verified beside the chain: the draft model's second choices worth a verify row as sibling
-        leaves (DraftLength.second_choices) and its branch, if it drafted one (the second choice heading it, then
-        its tokens, as many as the room allows), the round at most `rows` tokens in all: (token, q) of each node
-        and its parent; None where there are none."""
+        """Beside the chain, (token, q) and parent of each node: the draft's second choices worth a row as leaves
+        (DraftLength.second_choices), then its branch if it drafted one; `rows` nodes in all; None: none."""
         link = next((x for x in self._used if x.alternatives), None)
         if link is None:
             return None
-        n_chain, room = len(tokens), rows - len(tokens)
-        fork = None
+        n_chain, room, fork = len(tokens), rows - len(tokens), None
         if link.branch is not None and room > 0 and self.tree_width > 1:
             at, grown, bq = link.branch
             fork = (link.start + at, [link.alternatives[at]] + [(t, bq[j] if bq else None)
                                                                for j, t in enumerate(grown[:room - 1])])
-        accept = []
-        for x in self._used:
-            accept += x.policy.keyed(x.key).acceptances(x.n)
         most = min(self.tree_width - 1 - (fork is not None), room - (len(fork[1]) if fork else 0))
         leaves, parents = [], []
-        for p in link.policy.second_choices(accept, link.start, most + (fork is not None), self.adaptive):
+        for p in link.policy.second_choices(self._accept(), link.start, most + (fork is not None), self.adaptive):
             token, q = link.alternatives[p]
             p += link.start
             if token >= 0 and token != tokens[p] and (fork is None or p != fork[0]) and len(leaves) < most:
