@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import functools
 import os
-import weakref
 import socket
 import struct
 import sys
+import weakref
 from typing import Sequence
 
 from ..errors import EdgespecError, InvalidArgument
@@ -37,12 +38,12 @@ def parse(spec: str | Sequence[str]) -> list[str]:
     for item in (i.strip() for i in items):
         host, sep, port = item.rpartition(":") if ":" in item else (item, "", str(DEFAULT_PORT))
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise InvalidArgument(f"--rpc takes HOST:PORT[,HOST:PORT...], got {item!r}")
+            raise InvalidArgument(f"rpc-servers are HOST:PORT[,HOST:PORT...], got {item!r}")
         out.append(f"{host}:{int(port)}")
     if not out:
-        raise InvalidArgument("--rpc takes HOST:PORT[,HOST:PORT...], got nothing")
+        raise InvalidArgument("rpc-servers are HOST:PORT[,HOST:PORT...], got nothing")
     if len(set(out)) != len(out):
-        raise InvalidArgument(f"--rpc names a server twice: {','.join(out)}")
+        raise InvalidArgument(f"an rpc-server is named twice: {','.join(out)}")
     return out
 
 
@@ -80,7 +81,9 @@ def _recv(s: socket.socket, n: int) -> bytes:
     return data
 
 
+@functools.cache
 def _ggml():
+    """libggml with the prototypes of the backend-registry calls used here (declared once)."""
     from llama_cpp import _ggml
 
     lib = _ggml.libggml
@@ -92,8 +95,6 @@ def _ggml():
                             ("ggml_backend_dev_count", ctypes.c_size_t, []),
                             ("ggml_backend_dev_get", ctypes.c_void_p, [ctypes.c_size_t]),
                             ("ggml_backend_dev_type", ctypes.c_int, [ctypes.c_void_p]),
-                            ("ggml_backend_dev_backend_reg", ctypes.c_void_p, [ctypes.c_void_p]),
-                            ("ggml_backend_dev_name", ctypes.c_char_p, [ctypes.c_void_p]),
                             ("ggml_set_abort_callback", ctypes.c_void_p, [ctypes.c_void_p])):
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = res, args
