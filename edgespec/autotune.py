@@ -94,7 +94,7 @@ def tune(engine: Engine, budget_s: float = 90.0, max_tokens: int = 48, lookup: b
                            # the policy's counts are conditional: position i tested, i.e. all before it passed
                            "reached": [float(x) for x in r["tested_by_position"]],
                            "accepted": [float(x) for x in r["accepted_by_position"]]}
-        out.draft_name = profile.proposer_name(draft.ctx.model.path, draft.ctx.n_threads, draft.ctx.model.n_gpu_layers)
+        out.draft_name = profile.proposer_name(profile.key_of(draft.ctx.model, draft.ctx.n_threads))
         policy = DraftLength(engine.draft_max, True, cost)
         policy.seed(out.draft_entry)
         out.breakeven = break_even(cost, engine.draft_max)
@@ -108,7 +108,7 @@ def tune(engine: Engine, budget_s: float = 90.0, max_tokens: int = 48, lookup: b
         (lookup_policy,) = rep.policies["lookup"]
         out.lookup_entry = lookup_policy.learned()
     if save:
-        key = profile.key(engine.model.path, engine.target.n_threads, engine.model.n_gpu_layers, engine.model.rpc)
+        key = profile.key_of(engine.model, engine.target.n_threads)
         old = profile.load(key)
         proposers = dict(old.proposers) if old is not None else {}
         if out.draft_entry is not None:

@@ -20,12 +20,14 @@ from typing import Sequence
 
 import numpy as np
 
+from . import batch_costs
+from .batch_drafting import StepDrafter
 from .backend import Model, SeqContext
 from .constraints import Grammar
 from .errors import ContextOverflowError, EdgespecError, InvalidArgument
 from .pairing import VocabInfo, check_pair
-from .sampling import Rows, probabilities, sample
-from .scheduling import Option, StepPlanner
+from .sampling import Rows
+from .scheduling import StepPlanner
 from .sequences import MODES, Event, Generation, Handle, QueueFull, Request, _logprobs  # noqa: F401 (MODES: callers import it from here)
 from .stats import GenerationStats, RoundRecord
 from .tuning import CostModel
@@ -54,6 +56,7 @@ class BatchEngine:
         self.max_queue = 4 * parallel if max_queue is None else max_queue
         self.cost = CostModel()  # verify_s: seconds of a target decode of m rows, whatever sequences they belong to
         self.planner = StepPlanner(self.cost)
+        self.drafter = StepDrafter(self.model, self.target, self.draft, self.planner, self.auto, draft_max)
         self.metrics: collections.Counter = collections.Counter()
         self._queue: collections.deque[Handle] = collections.deque()
         self._active: list[tuple[Handle, Generation]] = []
@@ -158,10 +161,9 @@ class BatchEngine:
         ready = [(h, g) for h, g in live if not g.pending]
         gens = [g for _, g in ready]
         if gens:
-            self._decide(gens)
+            self.drafter.decide(gens)
         t1 = time.perf_counter()
-        self.metrics["decide_s"] += t1 - t0
-        self._propose(gens)
+        self.drafter.propose(gens)
         t2 = time.perf_counter()
         items = [(g.slot, [g.seq[-1], *g.proposal], range(1 + len(g.proposal))) for g in gens]
         rows = sum(len(tokens) for _, tokens, _ in items)
@@ -181,8 +183,11 @@ class BatchEngine:
         llama = self.target.llama_s + (self.draft.llama_s if self.draft else 0.0) - llama0
         for (handle, g), rows_logits in zip(ready, logits):
             self._accept(handle, g, rows_logits, time.perf_counter() - t0, llama, t1 - t0 + (t2 - t1), t3 - t2)
-        self.planner.observe_step(time.perf_counter() - t0)
-        self.metrics["step_s"] += time.perf_counter() - t0
+        t4 = time.perf_counter()
+        self.planner.observe_step(t4 - t0)
+        self.metrics["step_s"] += t4 - t0
+        for phase, dt in (("decide", t1 - t0), ("draft", t2 - t1), ("verify", t3 - t2), ("accept", t4 - t3)):
+            self.metrics[f"{phase}_s"] += dt  # verify: the target's decode (an rpc-server's network waits inside)
         return True
 
     @staticmethod
@@ -218,106 +223,6 @@ class BatchEngine:
         busy = {g.slot for _, g in self._active}
         free = [s for s in range(self.parallel) if s not in busy]
         return max(free, key=lambda s: self.target.common_prefix(s, prompt))
-
-    # drafting -----------------------------------------------------------------------------------------------
-    def _decide(self, gens: list[Generation]) -> None:
-        """Each sequence's proposer and K for this step (scheduling.StepPlanner decides from measured costs)."""
-        options = []
-        for g in gens:
-            cap = min(self.target.room(g.slot) - 1, g.req.max_tokens - len(g.out) - 1)
-            mode = self.auto if g.req.mode == "auto" else g.req.mode
-            g.kind = "off" if mode == "off" or cap <= 0 else "lookup" if mode == "lookup" else "draft"
-            if mode == "hybrid" and g.lookup.propose(g.seq, 1, g.req.sampling, g.rng).tokens:
-                g.kind = "lookup"  # the text repeats: copy it for free, else the draft model
-            behind = 0
-            if g.kind == "draft":
-                cap = min(cap, self.draft.n_ctx - len(g.seq) + 1)  # seq and k-1 drafts in the draft's cells
-                behind = len(g.seq) - 1 - self.draft.common_prefix(g.slot, g.seq)
-            g.k_max = min(self.draft_max if g.req.draft_max is None else g.req.draft_max, cap)
-            options.append(Option(g.kind, g.k_max, g.req.mode == "auto", g.req.max_tokens - len(g.out), behind,
-                                  first=not g.out))
-        for g, o, (k, reason) in zip(gens, options, self.planner.plan(options)):
-            g.k, g.reason = k, reason
-            if reason == "off":
-                g.reason = "off" if (self.auto if g.req.mode == "auto" else g.req.mode) == "off" else "full"
-            if reason == "probe" and g.kind == "draft" and self.auto == "hybrid" and g.lookup.propose(
-                    g.seq, 1, g.req.sampling, g.rng).tokens:
-                g.kind = "lookup"
-            if not k:
-                g.kind = "off"
-
-    def _propose(self, gens: list[Generation]) -> None:
-        drafting = []
-        for g in gens:
-            g.proposal, g.q, g.forced = [], [], 0
-            if g.k and g.guide is not None and g.guide.grammar is not None:
-                g.proposal = g.guide.forced()[:g.k]  # what the grammar forces comes first, free
-                g.forced = len(g.proposal)
-                for t in g.proposal:
-                    self._push(g, t)
-            if g.kind == "lookup" and len(g.proposal) < g.k:
-                more = g.lookup.propose(g.seq + g.proposal, g.k - len(g.proposal), g.req.sampling, g.rng).tokens
-                if g.guide is not None:  # cut where the grammar forbids: past that, certain rejections
-                    more = more[:g.guide.allowed_prefix(more)]
-                g.proposal += more
-                for t in more:
-                    self._push(g, t)
-            elif g.kind == "draft" and len(g.proposal) < g.k:
-                drafting.append(g)
-            g.q = [None] * len(g.proposal)
-        try:
-            self._draft(drafting)
-        finally:
-            for g in gens:
-                if g.pushed:
-                    g.guide.pop(g.pushed)
-                g.pushed = 0
-
-    def _draft(self, drafting: list[Generation]) -> None:
-        """The draft model drafts for every drafting sequence together: one catch-up decode, then one per
-        position; each sequence under its own guide (the target's mask and penalties: q is what it samples)."""
-        if not drafting:
-            return
-        # Catch each draft sequence up to seq (its last token's logits start the draft), all in one decode.
-        items = []
-        for g in drafting:
-            text = g.seq + g.proposal  # a constrained sequence's forced tokens are read with the text
-            keep = min(self.draft.common_prefix(g.slot, text), len(text) - 1)
-            self.draft.truncate(g.slot, keep)
-            items.append((g.slot, text[keep:], [len(text) - keep - 1]))
-        t0 = time.perf_counter()
-        logits = [rows[0] for rows in self.draft.decode(items)]
-        self.planner.observe_catch_up(sum(len(tokens) for _, tokens, _ in items), time.perf_counter() - t0)
-        while drafting:
-            still, nxt = [], []
-            for g, row in zip(drafting, logits):
-                if g.guide is not None:
-                    row = g.guide.shape(row)
-                    if not np.isfinite(row).any():
-                        continue
-                if g.req.sampling.greedy:
-                    tok = int(np.argmax(row))
-                else:
-                    q = probabilities(row, g.req.sampling)
-                    tok = sample(q, g.rng)
-                    g.q.append(_fit(q, self.model.n_vocab))
-                g.proposal.append(tok)
-                if len(g.proposal) < g.k and not self.model.is_eog(tok):
-                    self._push(g, tok)
-                    still.append(g)
-                    nxt.append((g.slot, [tok], [0]))
-            drafting = still
-            if nxt:
-                t0 = time.perf_counter()
-                logits = [rows[0] for rows in self.draft.decode(nxt)]
-                self.planner.observe_draft_step(time.perf_counter() - t0)
-
-    @staticmethod
-    def _push(g: Generation, token: int) -> None:
-        """Try a proposed token on the sequence's guide (popped once the step's proposals are made)."""
-        if g.guide is not None and not g.guide.is_eog(token):
-            g.guide.push(token)
-            g.pushed += 1
 
     # verification -------------------------------------------------------------------------------------------
     def _accept(self, handle: Handle, g: Generation, logits: np.ndarray, seconds: float, llama: float,
@@ -395,29 +300,10 @@ class BatchEngine:
         if handle.req.on_event is not None and not handle.cancelled:
             handle.req.on_event(event)
 
-    # costs ----------------------------------------------------------------------------------------------------
     def calibrate(self) -> None:
-        """Time target decodes of m rows (m up to every sequence drafting draft_max) on a free slot, once."""
-        sizes = sorted({m for m in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
-                        if m <= min(self.parallel * (self.draft_max + 1), 64, self.target.n_ctx)})
-        filler = [self.model.bos if 0 <= self.model.bos < self.model.n_vocab else 0]
-        self.target.decode([(0, filler, [0])])  # the first call of a shape allocates: keep it out of the numbers
-        self.target.clear(0)
-        for m in sizes:
-            t0 = time.perf_counter()
-            self.target.decode([(0, filler * m, range(m))])
-            self.cost.observe_verify(m, time.perf_counter() - t0)
-            self.target.clear(0)
-        if self.draft is not None:  # a draft step, and the draft reading a prompt (its catch-up), per token
-            self.draft.decode([(0, filler, [0])])
-            t0 = time.perf_counter()
-            self.draft.decode([(0, filler, [0])])
-            self.planner.observe_draft_step(time.perf_counter() - t0)
-            m = min(32, self.draft.n_ctx - 2)
-            t0 = time.perf_counter()
-            self.draft.decode([(0, filler * m, [m - 1])])
-            self.planner.observe_catch_up(m, time.perf_counter() - t0)
-            self.draft.clear(0)
+        """Time target decodes of m rows (every sequence drafting draft_max at most) on a free slot, once."""
+        batch_costs.calibrate(self.target, self.draft, self.cost, self.planner,
+                              min(self.parallel * (self.draft_max + 1), 64, self.target.n_ctx))
 
     def close(self) -> None:
         for ctx in (self.draft, self.target):
@@ -425,11 +311,3 @@ class BatchEngine:
                 ctx.close()
                 ctx.model.close()
 
-
-def _fit(q: np.ndarray, n: int) -> np.ndarray:
-    """A draft distribution over the target's vocabulary (sizes may differ by a few ids)."""
-    if len(q) == n:
-        return q
-    out = np.zeros(n)
-    out[: min(len(q), n)] = q[:n]
-    return out

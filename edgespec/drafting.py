@@ -145,7 +145,7 @@ def _entry_name(part: Proposer) -> str | None:
     if not isinstance(part, DraftModelProposer):
         return None
     try:
-        return profile.proposer_name(part.ctx.model.path, part.ctx.n_threads, part.ctx.model.n_gpu_layers)
+        return profile.proposer_name(profile.key_of(part.ctx.model, part.ctx.n_threads))
     except OSError:
         return None
 

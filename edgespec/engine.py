@@ -349,7 +349,7 @@ class Engine:
 
     def _profile_key(self) -> dict | None:
         try:
-            return profile.key(self.model.path, self.target.n_threads, self.model.n_gpu_layers, self.model.rpc)
+            return profile.key_of(self.model, self.target.n_threads)
         except OSError:  # the file is gone since it was loaded: time it, keep nothing
             return None
 

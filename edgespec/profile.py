@@ -44,9 +44,10 @@ def cpu() -> str:
     return platform.processor() or platform.machine()
 
 
-def key(model_path: str, n_threads: int, n_gpu_layers: int, rpc: Sequence[str] = ()) -> dict:
+def key(model_path: str, n_threads: int, n_gpu_layers: int, rpc: Sequence[str] = (),
+        tensor_split: Sequence[float] = ()) -> dict:
     """Everything a timing depends on that can be named: the machine, the build, the file, the settings, and the
-    rpc-servers a model is split over (a network in the decode: another curve)."""
+    rpc-servers a model is split over and in what proportions (a network in the decode: another curve)."""
     from .backend import system_info
 
     st = os.stat(model_path)
@@ -56,7 +57,14 @@ def key(model_path: str, n_threads: int, n_gpu_layers: int, rpc: Sequence[str] =
            "threads": n_threads, "gpu_layers": n_gpu_layers}
     if rpc:
         out["rpc"] = list(rpc)
+    if tensor_split:
+        out["tensor_split"] = [float(x) for x in tensor_split]
     return out
+
+
+def key_of(model, n_threads: int) -> dict:
+    """key() of a loaded backend.Model, wherever its layers are."""
+    return key(model.path, n_threads, model.n_gpu_layers, model.rpc, model.tensor_split)
 
 
 def path_of(k: dict) -> Path:
@@ -78,10 +86,11 @@ def lookup_name(n_min: int, n_max: int) -> str:
     return f"lookup {n_min}-{n_max}"
 
 
-def proposer_name(model_path: str, n_threads: int, n_gpu_layers: int) -> str:
-    """A draft model's entry in its target's profile: the same key fields, hashed."""
-    digest = hashlib.sha256(json.dumps(key(model_path, n_threads, n_gpu_layers), sort_keys=True).encode())
-    return f"draft {Path(model_path).name} {digest.hexdigest()[:16]}"
+def proposer_name(draft_key: dict) -> str:
+    """A draft model's entry in its target's profile: its own key (key_of the draft), hashed; its rpc-servers are
+    in it, since a draft step over the network is another cost."""
+    digest = hashlib.sha256(json.dumps(draft_key, sort_keys=True).encode())
+    return f"draft {Path(draft_key['model']).name} {digest.hexdigest()[:16]}"
 
 
 def load(k: dict, notes: list[str] | None = None) -> Profile | None:

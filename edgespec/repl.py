@@ -127,6 +127,9 @@ class Repl:
             if self.last is not None:
                 self.say("this reply: " + self.last.summary())
             self.say("session: " + self.session.line())
+            if self.engine.model.rpc:
+                self.say(f"the target runs on rpc-servers {', '.join(self.engine.model.rpc)}: verify holds their "
+                         "network round trips")
         elif name == "/reset":
             self.conv = Conversation(self.conv.system)
             self.saved = len(self.conv.turns)

@@ -207,6 +207,11 @@ def prometheus(state: ServerState) -> str:
     put("step_seconds_total", "counter", "Time in steps (decide, draft, decode, verify).", [("", m.get("step_s", 0.0))])
     put("decide_seconds_total", "counter", "Time spent choosing each sequence's draft length.",
         [("", m.get("decide_s", 0.0))])
+    put("phase_seconds_total", "counter", "Time in steps by phase: decide (draft lengths), draft (proposals), verify "
+        "(the target's decode; over rpc-servers the network waits are inside it), accept.",
+        [(f'{{phase="{p}"}}', m.get(f"{p}_s", 0.0)) for p in ("decide", "draft", "verify", "accept")])
+    put("rpc_servers", "gauge", "rpc-servers the target is split over (0: all on this machine).",
+        [("", len(e.model.rpc) if e is not None else 0)])
     put("prompt_rows_total", "counter", "Prompt tokens decoded within steps, beside the sequences' rows.",
         [("", m.get("prompt_rows", 0))])
     return "\n".join(lines) + "\n"

@@ -24,6 +24,23 @@ def test_a_curve_comes_back_only_under_the_same_key(profiles, tiny_pair):
     assert profile.load({**k, "build": k["build"] + " AMX = 1"}) is None  # another build
     assert profile.load({**k, "mtime_ns": k["mtime_ns"] + 1}) is None  # the file replaced or touched
     assert profile.load({**k, "version": profile.VERSION + 1}) is None
+    over_rpc = profile.key(str(tiny_pair[0]), 2, 0, ["127.0.0.1:50052"])
+    assert profile.load(over_rpc) is None  # the same model behind a network: another curve
+    assert profile.load(profile.key(str(tiny_pair[0]), 2, 0, ["127.0.0.1:50052"], [1, 3])) is None  # another split
+
+
+def test_a_loaded_models_key_names_where_its_layers_are(tiny_pair):
+    from edgespec.backend import Model
+
+    m = Model(tiny_pair[1], vocab_only=True)
+    try:
+        assert profile.key_of(m, 2) == profile.key(str(tiny_pair[1]), 2, 0)
+        m.rpc, m.tensor_split = ["127.0.0.1:50052"], [1.0, 3.0]  # as a model split over rpc-servers has them
+        assert profile.key_of(m, 2) == profile.key(str(tiny_pair[1]), 2, 0, ["127.0.0.1:50052"], [1, 3])
+        local, remote = (profile.proposer_name(profile.key(str(tiny_pair[1]), 2, 0, rpc)) for rpc in ([], ["h:1"]))
+        assert local != remote  # a draft on an rpc-server has its own entry in the target's profile
+    finally:
+        m.close()
 
 
 @pytest.mark.parametrize("content", ["", "{", "[]", '{"key": 1}', "null"])
@@ -57,13 +74,13 @@ def test_a_foreign_profile_is_ignored_with_a_note(profiles, tiny_pair):
 
 def test_draft_costs_and_acceptance_round_trip(profiles, tiny_pair):
     k = profile.key(str(tiny_pair[0]), 2, 0)
-    name = profile.proposer_name(str(tiny_pair[1]), 2, 0)
+    name = profile.proposer_name(profile.key(str(tiny_pair[1]), 2, 0))
     entry = {"draft_round_s": {2: 0.004, 4: 0.007}, "reached": [10.0, 8.0], "accepted": [8.0, 5.0], "by_key": {}}
     lookup = {"draft_round_s": {3: 1e-5}, "reached": [6.0], "accepted": [3.0],
               "by_key": {"lookup:2": {"reached": [4.0, 2.0], "accepted": [2.0, 1.0]}}}
     profile.save(k, {1: 0.01, 2: 0.012}, {name: entry, profile.lookup_name(2, 4): lookup})
     assert profile.load(k).proposers == {name: entry, "lookup 2-4": lookup}
-    assert name != profile.proposer_name(str(tiny_pair[1]), 1, 0)  # other threads: another entry
+    assert name != profile.proposer_name(profile.key(str(tiny_pair[1]), 1, 0))  # other threads: another entry
 
 
 def test_the_second_engine_starts_from_the_first_ones_measurement(profiles, tiny_pair, monkeypatch):
@@ -107,7 +124,7 @@ def test_merge_fades_the_old_counts_and_keeps_the_newer_costs():
 
 def test_an_engine_adds_what_it_learned_to_the_profile_when_it_closes(profiles, tiny_pair):
     k = profile.key(str(tiny_pair[0]), 2, 0)
-    name = profile.proposer_name(str(tiny_pair[1]), 2, 0)
+    name = profile.proposer_name(profile.key(str(tiny_pair[1]), 2, 0))
     e = edgespec.Engine.load(tiny_pair[0], draft=tiny_pair[1], n_ctx=512, n_threads=2)
     e.generate(e.tokenize("the cat sat on the mat. the cat sat on the"), max_tokens=40, draft_max=3, adaptive=False)
     assert e.costs_from is None and profile.load(k) is None  # fixed K: no curve needed, so no profile yet

@@ -16,15 +16,10 @@ import pytest
 
 import edgespec
 from edgespec.backend import rpc
+from http_server import free_port
 
 SERVER = Path(sys.prefix) / "bin" / "rpc-server"  # scripts/build-rpc-server.sh (scripts/test.sh runs it)
 pytestmark = pytest.mark.skipif(not SERVER.exists(), reason="no rpc-server: run scripts/build-rpc-server.sh")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Server:
@@ -76,6 +71,7 @@ def test_a_target_split_over_two_servers_writes_what_it_writes_locally(smollm_f1
     local, e = spec_engine(smollm_f16), spec_engine(smollm_f16, rpc=servers, tensor_split=(1, 1))
     try:
         assert e.model.rpc == servers and e.model.n_gpu_layers == -1
+        assert e._profile_key() == {**local._profile_key(), "gpu_layers": -1, "rpc": servers, "tensor_split": [1, 1]}
         for prompt in PROMPTS:
             tokens = e.tokenize(prompt, chat_format=True)
             want = local.generate(tokens, max_tokens=40, speculative=False).tokens
@@ -151,6 +147,12 @@ def test_generate_over_rpc_from_the_command_line_equals_local(smollm_f16, server
     local, remote = run(*common), run(*common, "--rpc", ",".join(servers))
     assert local.returncode == 0 and remote.returncode == 0, remote.stderr
     assert json.loads(remote.stdout)["tokens"] == json.loads(local.stdout)["tokens"]
+
+
+def test_chat_over_rpc_says_where_the_time_goes(smollm_f16, servers):
+    r = run("chat", "-m", smollm_f16, "--rpc", servers[0], "-n", "6", "--no-color", input="Hello\n/stats\n")
+    assert r.returncode == 0, r.stderr
+    assert f"rpc-servers {servers[0]}: verify holds their network round trips" in r.stdout + r.stderr
 
 
 def test_a_server_that_dies_mid_generation_ends_the_process_in_one_line_keeping_the_text(smollm_f16):

@@ -31,6 +31,16 @@ def test_health_models_and_metrics(server):
         assert f"edgespec_{name}" in text
 
 
+def test_metrics_say_where_the_steps_time_goes(server):
+    server.client().completions.create(model="x", prompt=PROMPTS[0], max_tokens=8, temperature=0,
+                                       extra_body={"speculative": {"mode": "draft", "draft_max": 3}})
+    phases = {p: server.metric(f'phase_seconds_total{{phase="{p}"}}') for p in ("decide", "draft", "verify", "accept")}
+    steps = server.metric("step_seconds_total")
+    assert phases["verify"] > 0 and phases["draft"] > 0
+    assert sum(phases.values()) == pytest.approx(steps, rel=1e-6)  # the phases are the whole of a step
+    assert server.metric("rpc_servers") == 0
+
+
 @pytest.mark.parametrize("mode", ["off", "auto", "draft", "lookup", "hybrid"])
 def test_completions_equal_the_target_alone(server, reference, mode):
     client = server.client()

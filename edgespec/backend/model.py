@@ -24,6 +24,7 @@ class Model(_Freed):
         self.path = os.fspath(path)
         self.n_gpu_layers = n_gpu_layers = -1 if rpc and n_gpu_layers == 0 else n_gpu_layers
         self.rpc = rpc_backend.parse(rpc) if rpc else []
+        self.tensor_split = [float(x) for x in tensor_split]
         self._ptr = None
         if os.path.isdir(self.path):
             raise ModelLoadError(f"{self.path} is a directory, not a model file; name the .gguf file inside it")
