@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
 """Speculation over llama.cpp's RPC backend: the target on an rpc-server, the draft here.
 
-For each added one-way delay (default 0, 0.5 and 2 ms) it runs `edgespec bench --rpc` with the target on one
-rpc-server on this machine (loopback) behind a proxy that holds every chunk of data that long in each direction,
-and once with the target local, each a separate process, one after the other. It prints, per setting, plain
-ms/token, each mode's speed-up over plain in the same run, and the network's cost per decode (plain over RPC
-minus plain locally). `tc netem` in a network namespace is the usual way to add latency; this machine's kernel has
-no netem qdisc, so the delay is added in user space (the proxy's own overhead is inside the 0 ms figure).
+The target runs on one rpc-server on this machine (loopback) behind a proxy that holds every chunk of data a set
+one-way delay in each direction (default 0, 0.5, 2 and 10 ms; `tc netem` in a network namespace is the usual way,
+but this machine's kernel has no netem qdisc, so the delay is added in user space, and the proxy is in the path at
+0 ms too). First, in this process, the network's cost of one decode: target decodes of 1 and K+1 rows at the end
+of a prompt, locally and over the proxy at each delay, interleaved, medians. Then `edgespec bench` runs locally and
+over the proxy at each delay, one process each, `--rounds` times with the settings interleaved (noise here is
+slow drift as much as jitter); it prints, per setting, plain ms/token and each mode's speed-up over plain in the
+same run (the median over rounds, and each round's).
 
-    bench/rpc.py --config memory --modes plain,draft,draft:4 [--delays 0,0.5,2] [-- bench options]
+    bench/rpc.py --config memory --modes plain,draft,draft:4 [--delays 0,0.5,2,10] [--rounds 2] [-- bench options]
     bench/rpc.py --target MODEL --modes plain,lookup      (no draft: prompt lookup alone)
+    bench/rpc.py --target T.gguf --draft D.gguf ...       (any pair)
 
 Run it alone: the rpc-server computes on the same cores as everything else.
 """
@@ -96,39 +99,90 @@ def bench(args, extra: list[str], rpc: str | None, out: Path) -> dict:
     return json.loads(out.read_text())
 
 
+def network_cost(args, proxy: DelayProxy, delays: list[float], rows: int, reps: int = 9) -> dict:
+    """Median seconds of a target decode of 1 and `rows` rows after a 200-token prompt: locally, and over the proxy
+    at each delay (settings interleaved, so drift falls on all alike)."""
+    import statistics
+
+    import edgespec
+
+    target = Path(args.target) if args.target else pairs.pair_of(args)[0]
+    engines = {"local": edgespec.Engine.load(target, n_ctx=1024, n_threads=args.threads),
+               "rpc": edgespec.Engine.load(target, n_ctx=1024, n_threads=args.threads, rpc=[f"127.0.0.1:{proxy.port}"])}
+    try:
+        prompt = engines["local"].tokenize("The quick brown fox jumps over the lazy dog. " * 20)[:200]
+        for e in engines.values():
+            e.target.decode(prompt, [len(prompt) - 1])
+            e.calibrate([1, rows])  # shapes allocated
+        times: dict[str, list[dict]] = {}
+        for _ in range(reps):
+            for name, d in [("local", 0.0)] + [(f"rpc+{d:g}ms", d) for d in delays]:
+                proxy.delay = d / 1000
+                times.setdefault(name, []).append(engines["local" if name == "local" else "rpc"].calibrate([1, rows]))
+        return {name: {m: statistics.median(c[m] for c in cs) for m in (1, rows)} for name, cs in times.items()}
+    finally:
+        for e in engines.values():
+            e.close(remember=False)
+
+
 def main() -> None:
+    import statistics
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     pairs.add_model_args(ap)
     ap.add_argument("--modes", default="plain,draft,draft:4")
-    ap.add_argument("--delays", default="0,0.5,2", help="one-way delays in ms to add (0: loopback through the proxy)")
+    ap.add_argument("--delays", default="0,0.5,2,10", help="one-way delays in ms to add (0: loopback through the proxy)")
+    ap.add_argument("--rounds", type=int, default=2, help="times each setting runs, interleaved (medians reported)")
     ap.add_argument("--json", dest="json_path", help="write every run's figures here")
     args, extra = ap.parse_known_args()
     extra = [x for x in extra if x != "--"]
     if not SERVER.exists():
         sys.exit(f"no {SERVER}: run scripts/build-rpc-server.sh")
+    delays = [float(x) for x in args.delays.split(",")]
+    modes = [m for m in args.modes.split(",") if m != "plain"]
+    rows = 1 + max([int(m.split(":")[1].split("@")[0]) for m in modes if ":" in m] or [4])
     port = free_port()
     server = subprocess.Popen([str(SERVER), "-H", "127.0.0.1", "-p", str(port), "-t", str(args.threads)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    runs = {}
+    runs: dict[str, list[dict]] = {}
     try:
         time.sleep(1.0)
+        proxy = DelayProxy(port, 0.0)
+        net = network_cost(args, proxy, delays, rows)
+        print(f"\nnetwork cost of one decode (median of 9, interleaved; T(1) / T({rows}) rows, ms):", flush=True)
+        for name, t in net.items():
+            extra_ms = "" if name == "local" else (f"   +{1000 * (t[1] - net['local'][1]):.1f} / "
+                                                    f"+{1000 * (t[rows] - net['local'][rows]):.1f} over local")
+            print(f"  {name:<12}{1000 * t[1]:8.1f} /{1000 * t[rows]:7.1f}{extra_ms}", flush=True)
         with tempfile.TemporaryDirectory() as tmp:
-            runs["local"] = bench(args, extra, None, Path(tmp) / "local.json")
-            for d in (float(x) for x in args.delays.split(",")):
-                proxy = DelayProxy(port, d / 1000)
-                runs[f"rpc+{d:g}ms"] = bench(args, extra, f"127.0.0.1:{proxy.port}", Path(tmp) / f"rpc{d}.json")
+            for r in range(args.rounds):
+                for name, d in [("local", None)] + [(f"rpc+{d:g}ms", d) for d in delays]:
+                    if d is not None:
+                        proxy.delay = d / 1000
+                    out = Path(tmp) / f"{name}-{r}.json"
+                    runs.setdefault(name, []).append(
+                        bench(args, extra, None if d is None else f"127.0.0.1:{proxy.port}", out))
     finally:
         server.kill()
-    modes = [m for m in args.modes.split(",") if m != "plain"]
-    print(f"\n{'setting':<14}{'plain ms/tok':>13}{'network/decode':>16}" + "".join(f"{m:>12}" for m in modes))
-    local_ms = runs["local"]["rows"]["plain"]["overall"]["ms_per_token"]
-    for name, data in runs.items():
-        rows = data["rows"]
-        plain = rows["plain"]["overall"]["ms_per_token"]
-        net = "-" if name == "local" else f"{plain - local_ms:.1f} ms"
-        print(f"{name:<14}{plain:>13.1f}{net:>16}" + "".join(f"{rows[m]['overall']['speedup']:>11.2f}x" for m in modes))
+
+    def speedups(name: str, mode: str) -> list[float]:
+        return [run["rows"][mode]["overall"]["speedup"] for run in runs[name]]
+
+    print(f"\n{'setting':<14}{'plain ms/tok':>13}{'net/decode':>12}" + "".join(f"{m:>22}" for m in modes))
+    for name in runs:
+        plain = statistics.median(run["rows"]["plain"]["overall"]["ms_per_token"] for run in runs[name])
+        add = "-" if name == "local" else f"{1000 * (net[name][1] - net['local'][1]):.1f} ms"
+        cells = []
+        for m in modes:
+            each = speedups(name, m)
+            cells.append(f"{statistics.median(each):.2f}x ({' '.join(f'{x:.2f}' for x in each)})")
+        print(f"{name:<14}{plain:>13.1f}{add:>12}" + "".join(f"{c:>22}" for c in cells))
+    print("(speed-up over plain in the same process: the median over rounds, each round's in brackets; net/decode: "
+          "a one-row decode over the proxy less one here)")
     if args.json_path:
-        Path(args.json_path).write_text(json.dumps({"command": " ".join(sys.argv), "runs": runs}, indent=1))
+        Path(args.json_path).write_text(json.dumps(
+            {"command": " ".join(sys.argv), "network_s": {k: {str(m): t for m, t in v.items()} for k, v in net.items()},
+             "runs": runs}, indent=1))
 
 
 if __name__ == "__main__":
