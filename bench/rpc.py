@@ -126,7 +126,6 @@ def network_cost(args, proxy: DelayProxy, delays: list[float], rows: int, reps: 
 
 
 def main() -> None:
-    import statistics
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     pairs.add_model_args(ap)
@@ -134,7 +133,11 @@ def main() -> None:
     ap.add_argument("--delays", default="0,0.5,2,10", help="one-way delays in ms to add (0: loopback through the proxy)")
     ap.add_argument("--rounds", type=int, default=2, help="times each setting runs, interleaved (medians reported)")
     ap.add_argument("--json", dest="json_path", help="write every run's figures here")
+    ap.add_argument("--summary", metavar="JSON", help="print the table of a saved --json file, run nothing")
     args, extra = ap.parse_known_args()
+    if args.summary:
+        saved = json.loads(Path(args.summary).read_text())
+        return summary(saved["runs"], saved["network_s"], saved["modes"])
     extra = [x for x in extra if x != "--"]
     if not SERVER.exists():
         sys.exit(f"no {SERVER}: run scripts/build-rpc-server.sh")
@@ -148,12 +151,13 @@ def main() -> None:
     try:
         time.sleep(1.0)
         proxy = DelayProxy(port, 0.0)
-        net = network_cost(args, proxy, delays, rows)
+        net = {k: {str(m): t for m, t in v.items()} for k, v in network_cost(args, proxy, delays, rows).items()}
         print(f"\nnetwork cost of one decode (median of 9, interleaved; T(1) / T({rows}) rows, ms):", flush=True)
         for name, t in net.items():
-            extra_ms = "" if name == "local" else (f"   +{1000 * (t[1] - net['local'][1]):.1f} / "
-                                                    f"+{1000 * (t[rows] - net['local'][rows]):.1f} over local")
-            print(f"  {name:<12}{1000 * t[1]:8.1f} /{1000 * t[rows]:7.1f}{extra_ms}", flush=True)
+            r = str(rows)
+            extra_ms = "" if name == "local" else (f"   +{1000 * (t['1'] - net['local']['1']):.1f} / "
+                                                    f"+{1000 * (t[r] - net['local'][r]):.1f} over local")
+            print(f"  {name:<12}{1000 * t['1']:8.1f} /{1000 * t[r]:7.1f}{extra_ms}", flush=True)
         with tempfile.TemporaryDirectory() as tmp:
             for r in range(args.rounds):
                 for name, d in [("local", None)] + [(f"rpc+{d:g}ms", d) for d in delays]:
@@ -165,24 +169,35 @@ def main() -> None:
     finally:
         server.kill()
 
-    def speedups(name: str, mode: str) -> list[float]:
-        return [run["rows"][mode]["overall"]["speedup"] for run in runs[name]]
+    if args.json_path:
+        Path(args.json_path).write_text(json.dumps(
+            {"command": " ".join(sys.argv), "modes": modes,
+             "network_s": {k: {str(m): t for m, t in v.items()} for k, v in net.items()}, "runs": runs}, indent=1))
+    summary(runs, net, modes)
 
-    print(f"\n{'setting':<14}{'plain ms/tok':>13}{'net/decode':>12}" + "".join(f"{m:>22}" for m in modes))
+
+def summary(runs: dict[str, list[dict]], net: dict, modes: list[str]) -> None:
+    """Per setting: plain ms/token and each mode's speed-up over plain (the median over rounds, each round's), and
+    the lowest category (of the per-category medians over rounds)."""
+    import statistics
+
+    def speedups(name: str, mode: str, category: str = "overall") -> list[float]:
+        return [run["rows"][mode][category]["speedup"] for run in runs[name]]
+
+    print(f"\n{'setting':<11}{'plain ms/tok':>13}{'net/decode':>12}" + "".join(f"  {m:<40}" for m in modes))
     for name in runs:
         plain = statistics.median(run["rows"]["plain"]["overall"]["ms_per_token"] for run in runs[name])
-        add = "-" if name == "local" else f"{1000 * (net[name][1] - net['local'][1]):.1f} ms"
+        add = "-" if name == "local" else f"{1000 * (net[name]['1'] - net['local']['1']):.1f} ms"
         cells = []
         for m in modes:
             each = speedups(name, m)
-            cells.append(f"{statistics.median(each):.2f}x ({' '.join(f'{x:.2f}' for x in each)})")
-        print(f"{name:<14}{plain:>13.1f}{add:>12}" + "".join(f"{c:>22}" for c in cells))
-    print("(speed-up over plain in the same process: the median over rounds, each round's in brackets; net/decode: "
-          "a one-row decode over the proxy less one here)")
-    if args.json_path:
-        Path(args.json_path).write_text(json.dumps(
-            {"command": " ".join(sys.argv), "network_s": {k: {str(m): t for m, t in v.items()} for k, v in net.items()},
-             "runs": runs}, indent=1))
+            cats = [c for c in runs[name][0]["rows"][m] if c != "overall"]
+            low = min(cats, key=lambda c: statistics.median(speedups(name, m, c)))
+            cells.append(f"{statistics.median(each):.2f}x ({' '.join(f'{x:.2f}' for x in each)}; "
+                         f"low {statistics.median(speedups(name, m, low)):.2f} {low})")
+        print(f"{name:<11}{plain:>13.1f}{add:>12}" + "".join(f"  {c:<40}" for c in cells))
+    print("(speed-up over plain in the same process: the median over rounds, each round's, and the category lowest "
+          "by its median; net/decode: a one-row decode over the proxy less one here)")
 
 
 if __name__ == "__main__":

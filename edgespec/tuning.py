@@ -66,14 +66,16 @@ class DraftLength:
         Costs belong to the machine and carry over, and so does a fallback's backoff. A text begun in a fallback is
         probed at once, while the draft model has just read its prompt (a probe later in the text first catches up
         on everything it skipped), unless no text could make drafting pay (hopeless()): then the wait goes on
-        across texts, and the proposer stands aside (standing_aside: it does not even read the prompts)."""
+        across texts, and the proposer stands aside (standing_aside: it does not even read the prompts); a probe
+        put off to a new text (defer_probe) waits too, for a text where drafting could pay (a probe's acceptance
+        cannot change a hopeless verdict, and on a short answer the prompt it reads costs more than the text)."""
         for c in (self.cost, *self.by_key.values()):
             c.forget(forget)
             if c.reached and c.reached[0] > self.text_memory:  # a long history must not drown the new text
                 c.forget(self.text_memory / c.reached[0])
-        if self._plain_left > 0 and (self._probe_next_text or not self.hopeless()):
+        if self._plain_left > 0 and not self.hopeless():
             self._plain_left = 1
-        self._probe_next_text = False
+            self._probe_next_text = False
 
     def hopeless(self) -> bool:
         """Drafting would not pay even if every drafted token passed (its measured costs against plain's): no
@@ -87,7 +89,7 @@ class DraftLength:
     def defer_probe(self) -> None:
         """The probe due now would first have its proposer read more than the probe is worth (a draft model that
         stood aside since the text began has all of it to read): plain decoding goes on, and the probe comes at the
-        start of the next text, where the prompt is read anyway."""
+        start of the next text where drafting could pay (new_text), where the prompt is read anyway."""
         self._probe, self._plain_left, self._probe_next_text = "", self.max_wait, True
 
     def decide(self, cap: int, k_max: int | None = None, adaptive: bool | None = None,

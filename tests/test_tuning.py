@@ -163,6 +163,20 @@ def test_a_probe_put_off_comes_at_the_start_of_the_next_text():
     assert not d.standing_aside() and d.decide(100).reason == "probe"
 
 
+def test_a_probe_put_off_waits_for_a_text_where_drafting_could_pay():
+    # drafting costs 0.5 s a step: even if every token passed it would not pay (a small target over a slow draft)
+    d = DraftLength(8, adaptive=True, cost=model({m: 0.1 for m in range(1, 18)}, 0.5, [0.9] * 16))
+    d._failed_probes, d._plain_left = 1, 1
+    assert d.decide(100).reason == "probe" and d.hopeless()
+    d.defer_probe()
+    for _ in range(3):  # short answers one after another: no prompt read, no probe
+        d.new_text()
+        assert d.standing_aside() and d.decide(100).reason == "fallback"
+    d.cost.draft_round_s, d.cost.draft_s = {}, 0.01  # drafting got cheap (say the machine was busy before)
+    d.new_text()
+    assert not d.standing_aside() and d.decide(100).reason == "probe"
+
+
 def test_a_profile_that_says_drafting_does_not_pay_starts_in_a_fallback():
     verify = {m: 0.1 * (1 + 0.6 * (m - 1)) for m in range(1, 18)}  # compute-bound
     poor = {"draft_round_s": {1: 0.04, 4: 0.16}, "reached": [20.0, 6.0], "accepted": [6.0, 2.0]}
