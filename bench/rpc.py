@@ -7,8 +7,9 @@ but this machine's kernel has no netem qdisc, so the delay is added in user spac
 0 ms too). First, in this process, the network's cost of one decode: target decodes of 1 and K+1 rows at the end
 of a prompt, locally and over the proxy at each delay, interleaved, medians. Then `edgespec bench` runs locally and
 over the proxy at each delay, one process each, `--rounds` times with the settings interleaved (noise here is
-slow drift as much as jitter); it prints, per setting, plain ms/token and each mode's speed-up over plain in the
-same run (the median over rounds, and each round's).
+slow drift as much as jitter), each from no profile, or with `--tune S` from the one `edgespec tune` wrote for
+that setting first (each setting has its own endpoint, so its own profile). It prints, per setting, plain
+ms/token and each mode's speed-up over plain in the same run (the median over rounds, and each round's).
 
     bench/rpc.py --config memory --modes plain,draft,draft:4 [--delays 0,0.5,2,10] [--rounds 2] [-- bench options]
     bench/rpc.py --target MODEL --modes plain,lookup      (no draft: prompt lookup alone)
@@ -88,14 +89,17 @@ class DelayProxy:
         await sender
 
 
-def bench(args, extra: list[str], rpc: str | None, out: Path) -> dict:
+def edgespec(args, command: list[str], rpc: str | None) -> None:
+    """Run `edgespec COMMAND` on the pair (profiles: $EDGESPEC_PROFILES, this run's own directory)."""
     target, draft = (Path(args.target), None) if args.target and not args.draft else pairs.pair_of(args)
-    cmd = [sys.executable, "-m", "edgespec", "bench", "-m", str(target), *(["-d", str(draft)] if draft else []),
-           "--threads", str(args.threads), "--modes", args.modes, "--json", str(out), *extra]
-    if rpc:
-        cmd += ["--rpc", rpc]
+    cmd = [sys.executable, "-m", "edgespec", command[0], "-m", str(target), *(["-d", str(draft)] if draft else []),
+           "--threads", str(args.threads), *command[1:], *(["--rpc", rpc] if rpc else [])]
     print("#", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True, stdout=sys.stderr)
+
+
+def bench(args, extra: list[str], rpc: str | None, out: Path) -> dict:
+    edgespec(args, ["bench", "--modes", args.modes, "--json", str(out), *extra], rpc)
     return json.loads(out.read_text())
 
 
@@ -134,6 +138,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="times each setting runs, interleaved (medians reported)")
     ap.add_argument("--json", dest="json_path", help="write every run's figures here")
     ap.add_argument("--summary", metavar="JSON", help="print the table of a saved --json file, run nothing")
+    ap.add_argument("--tune", type=int, metavar="SECONDS", help="first run `edgespec tune --seconds SECONDS` in each "
+                    "setting, so every bench starts from its own profile (default: none, as on a new machine)")
     args, extra = ap.parse_known_args()
     if args.summary:
         saved = json.loads(Path(args.summary).read_text())
@@ -158,14 +164,16 @@ def main() -> None:
             extra_ms = "" if name == "local" else (f"   +{1000 * (t['1'] - net['local']['1']):.1f} / "
                                                     f"+{1000 * (t[r] - net['local'][r]):.1f} over local")
             print(f"  {name:<12}{1000 * t['1']:8.1f} /{1000 * t[r]:7.1f}{extra_ms}", flush=True)
+        # a proxy (an endpoint, so a profile) per delay, as each link would be its own host
+        endpoints = {"local": None, **{f"rpc+{d:g}ms": f"127.0.0.1:{DelayProxy(port, d / 1000).port}" for d in delays}}
         with tempfile.TemporaryDirectory() as tmp:
+            os.environ["EDGESPEC_PROFILES"] = str(Path(tmp) / "profiles")  # this run's own: none, or tuned here
+            if args.tune:
+                for name, endpoint in endpoints.items():
+                    edgespec(args, ["tune", "--seconds", str(args.tune)], endpoint)
             for r in range(args.rounds):
-                for name, d in [("local", None)] + [(f"rpc+{d:g}ms", d) for d in delays]:
-                    if d is not None:
-                        proxy.delay = d / 1000
-                    out = Path(tmp) / f"{name}-{r}.json"
-                    runs.setdefault(name, []).append(
-                        bench(args, extra, None if d is None else f"127.0.0.1:{proxy.port}", out))
+                for name, endpoint in endpoints.items():
+                    runs.setdefault(name, []).append(bench(args, extra, endpoint, Path(tmp) / f"{name}-{r}.json"))
     finally:
         server.kill()
 
