@@ -89,7 +89,7 @@ class DelayProxy:
         await sender
 
 
-def edgespec(args, command: list[str], rpc: str | None) -> None:
+def run_edgespec(args, command: list[str], rpc: str | None) -> None:
     """Run `edgespec COMMAND` on the pair (profiles: $EDGESPEC_PROFILES, this run's own directory)."""
     target, draft = (Path(args.target), None) if args.target and not args.draft else pairs.pair_of(args)
     cmd = [sys.executable, "-m", "edgespec", command[0], "-m", str(target), *(["-d", str(draft)] if draft else []),
@@ -99,7 +99,7 @@ def edgespec(args, command: list[str], rpc: str | None) -> None:
 
 
 def bench(args, extra: list[str], rpc: str | None, out: Path) -> dict:
-    edgespec(args, ["bench", "--modes", args.modes, "--json", str(out), *extra], rpc)
+    run_edgespec(args, ["bench", "--modes", args.modes, "--json", str(out), *extra], rpc)
     return json.loads(out.read_text())
 
 
@@ -170,7 +170,7 @@ def main() -> None:
             os.environ["EDGESPEC_PROFILES"] = str(Path(tmp) / "profiles")  # this run's own: none, or tuned here
             if args.tune:
                 for name, endpoint in endpoints.items():
-                    edgespec(args, ["tune", "--seconds", str(args.tune)], endpoint)
+                    run_edgespec(args, ["tune", "--seconds", str(args.tune)], endpoint)
             for r in range(args.rounds):
                 for name, endpoint in endpoints.items():
                     runs.setdefault(name, []).append(bench(args, extra, endpoint, Path(tmp) / f"{name}-{r}.json"))

@@ -219,3 +219,13 @@ def test_per_call_limits_keep_the_fallback_and_its_backoff(tiny_pair):
     fixed = a.generate("Once upon a time", max_tokens=10, adaptive=False, draft_max=2)
     assert set(fixed.stats.rounds_by_reason) == {"first", "fixed"} and fixed.stats.n_drafted > 0  # first: plain
     a.close(), b.close()
+
+
+@pytest.mark.parametrize("split, match", [(("x", 1), "numbers"), ((float("nan"), 1), "non-negative"),
+                                          ((-1, 2), "non-negative"), ((0, 0), "non-negative"),
+                                          ((1,) * 4096, "at most")])
+def test_a_bad_tensor_split_is_a_clear_error_before_loading(tiny_pair, split, match):
+    with pytest.raises(edgespec.InvalidArgument, match=match):
+        edgespec.Engine.load(tiny_pair[0], tensor_split=split)
+    with pytest.raises(edgespec.InvalidArgument, match="HOST:PORT"):
+        edgespec.Engine.load(tiny_pair[0], rpc="nohost:port")

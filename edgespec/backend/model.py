@@ -24,7 +24,7 @@ class Model(_Freed):
         self.path = os.fspath(path)
         self.n_gpu_layers = n_gpu_layers = -1 if rpc and n_gpu_layers == 0 else n_gpu_layers
         self.rpc = rpc_backend.parse(rpc) if rpc else []
-        self.tensor_split = [float(x) for x in tensor_split]
+        self.tensor_split = rpc_backend.proportions(tensor_split) if tensor_split else []
         self._ptr = None
         if os.path.isdir(self.path):
             raise ModelLoadError(f"{self.path} is a directory, not a model file; name the .gguf file inside it")
@@ -45,8 +45,8 @@ class Model(_Freed):
             devices = rpc_backend.device_list((rpc_backend.devices(self.rpc) if self.rpc else [])
                                               + rpc_backend.local_devices())
             params.devices = ctypes.cast(devices, ctypes.c_void_p)
-        if tensor_split:
-            split = rpc_backend.tensor_split(tensor_split)
+        if self.tensor_split:
+            split = rpc_backend.tensor_split(self.tensor_split)
             params.tensor_split = ctypes.cast(split, ctypes.POINTER(ctypes.c_float))
         since = llama._log_count
         with _Interruptible() as guard:

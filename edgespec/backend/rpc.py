@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import functools
+import math
 import os
 import socket
 import struct
@@ -146,13 +147,23 @@ def device_list(devs: Sequence[int]) -> ctypes.Array:
     return (ctypes.c_void_p * (len(devs) + 1))(*devs, None)
 
 
-def tensor_split(parts: Sequence[float]) -> ctypes.Array:
+def proportions(parts: Sequence[float]) -> list[float]:
+    """A tensor split checked: finite, non-negative numbers, not all zero, at most one per device of this build."""
+    try:
+        values = [float(p) for p in parts]
+    except (TypeError, ValueError):
+        raise InvalidArgument(f"--tensor-split takes numbers such as 3,1, got {list(parts)!r}") from None
     n = ll.llama_max_devices()
-    if len(parts) > n:
-        raise InvalidArgument(f"--tensor-split has {len(parts)} parts, this build splits over at most {n} devices")
-    if any(p < 0 for p in parts) or not sum(parts) > 0:
+    if len(values) > n:
+        raise InvalidArgument(f"--tensor-split has {len(values)} parts, this build splits over at most {n} devices")
+    if any(not math.isfinite(p) or p < 0 for p in values) or not sum(values) > 0:
         raise InvalidArgument("--tensor-split takes non-negative proportions, not all zero, e.g. 3,1")
-    return (ctypes.c_float * n)(*parts)
+    return values
+
+
+def tensor_split(values: Sequence[float]) -> ctypes.Array:
+    """proportions() as llama_model_params.tensor_split wants them (one float per possible device)."""
+    return (ctypes.c_float * ll.llama_max_devices())(*values)
 
 
 _ABORT = ctypes.CFUNCTYPE(None, ctypes.c_char_p)
