@@ -247,14 +247,19 @@ class Chain:
                 k = decision.k - len(tokens)
                 if behind_free and decision.k > 0 and decision.reason not in ("fixed", "free"):
                     # Keep j of the free lead's tokens and draft f after them, whichever split (or this part
-                    # alone, or the lead alone) is expected to cost least per token; learning rounds draft >= 1.
+                    # alone, or the lead alone) is expected to cost least per token; learning rounds (warm-up,
+                    # probe) draft >= 1. An explore round drafts one more than the plan where the plan drafts at
+                    # all: forced drafting there would pay for what the lead does better (and for catching up
+                    # on its tokens), which on copied text cost more than the hybrid gained.
                     lead = self._used[0]
-                    learning = decision.reason != "cost"
+                    learning = decision.reason not in ("cost", "explore")
                     limit = decision.k if learning else min(cap, policy.k_max if self.k_max is None else self.k_max)
                     read_s = getattr(link.part, "read_s", None) or 0.0  # a model must first read what it missed
                     behind = _behind(link.part, seq) if read_s else 0
                     j, k = policy.plan(limit, lead.policy.keyed(lead.key), lead.n, least=int(learning),
                                        behind=behind, read_s=read_s)
+                    if decision.reason == "explore" and k > 0 and j + k < limit:
+                        k += 1
                     if j < lead.n:
                         lead.offered, self._aside = tokens[lead.start:lead.start + lead.n], lead
                         del tokens[j:], sources[j:], qs[j:]

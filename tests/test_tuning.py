@@ -340,3 +340,57 @@ def test_the_chosen_split_is_never_expected_slower_than_either_part_alone_or_pla
         assert chosen <= without + 1e-12 and drafting >= d.margin * without - 1e-12
     else:  # the draft model alone (0, f) or after the lead's tokens
         assert chosen <= drafting + 1e-12 and chosen < d.margin * without
+
+
+def test_an_explore_round_behind_lookup_drafts_only_where_the_plan_drafts():
+    # Lookup offers five tokens that all pass; the draft model (a fifth of a step per token, half its tokens pass)
+    # can only add cost after them. Every 8th round is an explore round for its policy: it must not force the
+    # draft model in (which on copied text cost the hybrid more than it gained), only lengthen a draft the plan
+    # chose.
+    import time
+
+    import numpy as np
+
+    from edgespec.drafting import Drafting
+    from edgespec.proposers import Proposal, WithoutModel
+    from edgespec.sampling import SamplingConfig
+    from edgespec.stats import GenerationStats
+
+    text = list(range(100, 400))
+
+    class Lookup(WithoutModel):
+        def propose(self, seq, k, sampling, rng, guide=None):
+            return Proposal(text[len(seq):len(seq) + min(k, 5)], None, ["lookup"] * min(k, 5))
+
+    class Draft(WithoutModel):
+        asked = 0
+
+        def propose(self, seq, k, sampling, rng, guide=None):
+            Draft.asked += 1
+            time.sleep(0.002 * k)
+            return Proposal([t if i % 2 == 0 else -1 for i, t in enumerate(text[len(seq):len(seq) + k])], None,
+                            ["draft"] * k)
+
+    cost = CostModel()
+    cost.verify_s = {m: 0.01 for m in range(1, 18)}
+    drafting = Drafting(8, True, cost)
+    lookup, draft = Lookup(), Draft()
+    drafting.policy(lookup).cost.draft_s = 1e-6  # free
+    policy = drafting.policy(draft)
+    policy.seed({"draft_round_s": {1: 0.002, 4: 0.008}, "reached": [8.0, 4.0, 2.0], "accepted": [4.0, 2.0, 1.0]})
+    chain = drafting.chain(_Hybrid(lookup, draft), None, None)
+    seq, rng, stats, reasons = text[:10], np.random.default_rng(0), GenerationStats(), []
+    chain.begin(seq)
+    for _ in range(24):
+        prop, why = chain.propose(list(seq), 64, SamplingConfig(temperature=0.0), rng, stats)
+        reasons.append(why)
+        n = next((i for i, t in enumerate(prop.tokens) if t != text[len(seq) + i]), len(prop.tokens))
+        chain.accepted(n, text[len(seq):len(seq) + n + 1])
+        seq = text[:len(seq) + n + 1]
+    assert sum("explore" in r for r in reasons) >= 2
+    assert Draft.asked == 0
+
+
+class _Hybrid:
+    def __init__(self, *parts):
+        self.parts = parts
