@@ -140,6 +140,42 @@ class CostModel:
         return best, best_cost
 
 
+@dataclass
+class Outcomes:
+    """How a proposer's drafted rounds turned out against what the cost model expected when it chose them: seconds
+    (verify, drafting, reading) and tokens (E[N]), each a fading sum, starting as if prior_rounds rounds had gone as
+    expected. The model's estimates are fair on average, but a policy drafts where they look good, and the best of
+    several noisy estimates is an optimistic one; so are timings taken apart from a generation (a verify curve timed
+    alone, over a network). optimism() is what to multiply an expected cost per token by to meet the outcome."""
+    decay: float = 0.95
+    prior_rounds: float = 4.0
+    most: float = 3.0  # a bound on the correction, against a few freak rounds
+    expected_s: float = 0.0
+    spent_s: float = 0.0
+    expected_n: float = 0.0
+    got_n: float = 0.0
+    rounds: int = 0
+
+    def observe(self, expected_s: float, expected_n: float, spent_s: float, got_n: int) -> None:
+        if not self.rounds:
+            self.expected_s = self.spent_s = self.prior_rounds * expected_s
+            self.expected_n = self.got_n = self.prior_rounds * expected_n
+        d = self.decay
+        self.expected_s, self.spent_s = d * self.expected_s + expected_s, d * self.spent_s + spent_s
+        self.expected_n, self.got_n = d * self.expected_n + expected_n, d * self.got_n + got_n
+        self.rounds += 1
+
+    def time_factor(self) -> float:
+        """Seconds spent per second expected (>= 1: an outcome better than expected is not counted on)."""
+        return min(self.most, max(1.0, self.spent_s / self.expected_s)) if self.expected_s > 0 else 1.0
+
+    def optimism(self) -> float:
+        """Cost per token met against cost per token expected (>= 1)."""
+        if self.expected_s <= 0 or self.got_n <= 0:
+            return 1.0
+        return min(self.most, max(1.0, (self.spent_s / self.expected_s) / (self.got_n / self.expected_n)))
+
+
 def seed_counts(c: CostModel, counts: dict, weight: float) -> bool:
     """Acceptance counts by position from an earlier run, scaled to be worth at most `weight` rounds."""
     reached = counts["reached"]

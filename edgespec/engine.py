@@ -4,8 +4,7 @@ Invariant at the top of each round: the target's cache holds seq[:-1]; seq[-1] (
 the same batch as the draft, so one target call scores the K drafts and yields the bonus row. With no proposer,
 or k = 0, the very same path is plain one-token-at-a-time decoding: the baseline shares every line of it.
 
-Who drafts how many tokens in a round (the proposer chain and its draft-length policies) is drafting.py's; one
-generation's state is a _Run.
+Who drafts how many tokens in a round is chain.py's (its policies: drafting.py's); a generation's state is a _Run.
 """
 from __future__ import annotations
 
@@ -20,7 +19,8 @@ from . import chat, profile
 from .backend import Context, Model
 from .errors import ContextOverflowError, EdgespecError, InvalidArgument
 from .pairing import VocabInfo, check_pair
-from .drafting import CALIBRATION_SIZES, Chain, Drafting, parts
+from .chain import Chain
+from .drafting import CALIBRATION_SIZES, Drafting, parts
 from .constraints import Constraint, Grammar
 from .guide import Guide
 from .proposers import EMPTY, DraftModelProposer, HybridProposer, PromptLookupProposer, Proposal, Proposer
@@ -68,7 +68,7 @@ class Engine:
                  adaptive: bool = True, cost: CostModel | None = None, tree_width: int = 1):
         """draft_max: the most tokens drafted per round; adaptive: choose fewer (or none) by measured cost;
         tree_width > 1: trees of up to that many branches (the target context made with branches >= tree_width),
-        each node verified only where it is expected to pay (drafting.Chain; README "Verification trees").
+        each node verified only where it is expected to pay (chain.Chain; README "Verification trees").
 
         One generation runs at a time: a call from another thread waits until the one before it has finished
         (its output is what it would have been alone), and a stream left unfinished holds the engine until it is

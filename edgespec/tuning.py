@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from .costs import CostModel, seed_counts
+from .costs import CostModel, Outcomes, seed_counts
 from .tree import Tree, best_subtree, main_line, node_values, subtree, worthwhile_leaves
 
 __all__ = ["CostModel", "Decision", "DraftLength"]
@@ -42,6 +42,7 @@ class DraftLength:
         self.by_key: dict[object, CostModel] = {}  # acceptance per kind of proposal; verify costs shared
         # a tree's later siblings: the chance the i-th passes where those before it failed (prior: a weak guess)
         self.alternatives = CostModel(prior_accept=0.3, verify_s=self.cost.verify_s)
+        self.outcomes = Outcomes()  # drafted rounds as they turned out against expected (a correction, >= 1)
         self._declined: dict[object, int] = {}
         self.fallback_rounds = fallback_rounds  # plain rounds before probing again, when drafting is far behind
         self.margin = margin  # speculate only if expected to cost under margin * a plain token
@@ -78,13 +79,14 @@ class DraftLength:
             self._probe_next_text = False
 
     def hopeless(self) -> bool:
-        """Drafting would not pay even if every drafted token passed (its measured costs against plain's): no
+        """Drafting would not pay even if every drafted token passed (its measured costs against plain's, times what
+        drafted rounds have taken against what was expected of them: Outcomes.time_factor): no
         text can change the verdict, so a fallback's wait goes on across texts. Otherwise a new text may suit the
         drafter where the last did not (code after prose): it is probed at once."""
         c, plain = self.cost, self.cost.t_verify(1)
         costs = [c.round_cost(k) for k in range(1, self.k_max + 1)]
         best = min((t / (k + 1) for k, t in enumerate(costs, 1) if t is not None), default=None)
-        return bool(plain) and best is not None and best >= self.margin * plain
+        return bool(plain) and best is not None and best * self.outcomes.time_factor() >= self.margin * plain
 
     def defer_probe(self) -> None:
         """The probe due now would first have its proposer read more than the probe is worth (a draft model that
@@ -120,7 +122,7 @@ class DraftLength:
             # First rounds draft probe_k tokens whatever the model says: they measure the draft's cost and the
             # acceptance past position 1, which the estimates need before they can be trusted.
             return Decision(min(k_max, self.probe_k), "warm-up")
-        ratio = per_token / plain
+        ratio = per_token * self.outcomes.optimism() / plain
         if ratio >= self.margin and k_max < limit and self._probe != "done":
             # Near the end (max_tokens, the context) a short draft may not pay where a full one does: a plain round
             # this once, not a verdict on drafting.
@@ -135,6 +137,8 @@ class DraftLength:
             why = (f"best K={k} expects {1000 * per_token:.1f} ms/token (acceptance "
                    f"{self.cost.acceptance(0):.2f} at position 1) vs {1000 * plain:.1f} ms/token plain; "
                    f"plain decoding for {self._plain_left} rounds, then a probe")
+            if self.outcomes.optimism() > 1.01:
+                why += f"; drafted rounds cost {self.outcomes.optimism():.2f}x per token what was expected"
             if self._failed_probes:
                 why += f" ({self._failed_probes} in a row did not pay)"
             return Decision(0, "fallback", why)
@@ -318,7 +322,8 @@ class DraftLength:
 
         This part drafts (outside learning rounds) only where that is expected to cost under `margin` times the best
         split without it, as a proposer alone must beat plain by the margin: estimates are noisy, and the least of
-        several noisy estimates is an optimistic one, so near a tie the round without draft work is the safer."""
+        several noisy estimates is an optimistic one, so near a tie the round without draft work is the safer; and
+        where this part's drafted rounds have cost more per token than expected (outcomes), by that much more."""
         c = self.cost
         verify = [c.t_verify(m) for m in range(1, k + 2)]
         draft = [c.t_draft(f) for f in range(k + 1)]
@@ -339,7 +344,7 @@ class DraftLength:
                 if cost < best[f > 0][1]:
                     best[f > 0] = (j, f), cost
         (without, cost0), (drafting, cost1) = best[False], best[True]
-        return drafting if least or cost1 < self.margin * cost0 else without
+        return drafting if least or cost1 * self.outcomes.optimism() < self.margin * cost0 else without
 
     def observe(self, n_drafted: int, n_accepted: int | None, draft_s: float, key: object = None) -> None:
         """This policy's proposer drafted n_drafted tokens in draft_s seconds and n_accepted of them passed (None:

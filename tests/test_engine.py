@@ -198,7 +198,7 @@ def test_a_draft_model_that_stood_aside_probes_at_the_next_text_not_by_reading_t
     """A draft model standing aside since its text began (a fallback carried across texts) would have to read all
     of it before a probe: the probe waits for the start of a text where drafting could pay, where the prompt is read
     anyway."""
-    from edgespec.drafting import CATCH_UP_LIMIT
+    from edgespec.chain import CATCH_UP_LIMIT
 
     with edgespec.Engine.load(tiny_pair[0], draft=tiny_pair[1], n_ctx=512, n_threads=2) as e:
         prompt = e.tokenize(" ".join(["the cat sat on the mat"] * 8))

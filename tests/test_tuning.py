@@ -1,4 +1,6 @@
 """The draft-length cost model, with made-up costs (hand-computed expectations)."""
+import time
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -342,55 +344,145 @@ def test_the_chosen_split_is_never_expected_slower_than_either_part_alone_or_pla
         assert chosen <= drafting + 1e-12 and chosen < d.margin * without
 
 
-def test_an_explore_round_behind_lookup_drafts_only_where_the_plan_drafts():
-    # Lookup offers five tokens that all pass; the draft model (a fifth of a step per token, half its tokens pass)
-    # can only add cost after them. Every 8th round is an explore round for its policy: it must not force the
-    # draft model in (which on copied text cost the hybrid more than it gained), only lengthen a draft the plan
-    # chose.
-    import time
+TEXT = list(range(100, 400))  # the target's text, for the fake proposers below
 
-    import numpy as np
 
-    from edgespec.drafting import Drafting
-    from edgespec.proposers import Proposal, WithoutModel
-    from edgespec.sampling import SamplingConfig
-    from edgespec.stats import GenerationStats
+class _Lookup:
+    """Offers the next five tokens of TEXT, free."""
+    def begin(self, seq):
+        pass
 
-    text = list(range(100, 400))
+    def accepted(self, n):
+        pass
 
-    class Lookup(WithoutModel):
-        def propose(self, seq, k, sampling, rng, guide=None):
-            return Proposal(text[len(seq):len(seq) + min(k, 5)], None, ["lookup"] * min(k, 5))
+    def propose(self, seq, k, sampling, rng, guide=None):
+        from edgespec.proposers import Proposal
+        n = min(k, 5)
+        return Proposal(TEXT[len(seq):len(seq) + n], None, ["lookup"] * n)
 
-    class Draft(WithoutModel):
-        asked = 0
 
-        def propose(self, seq, k, sampling, rng, guide=None):
-            Draft.asked += 1
-            time.sleep(0.002 * k)
-            return Proposal([t if i % 2 == 0 else -1 for i, t in enumerate(text[len(seq):len(seq) + k])], None,
-                            ["draft"] * k)
+class _Draft(_Lookup):
+    """Takes `step` seconds a token; every other token it drafts is wrong."""
+    def __init__(self, step=0.002):
+        self.step, self.asked = step, 0
 
-    cost = CostModel()
-    cost.verify_s = {m: 0.01 for m in range(1, 18)}
-    drafting = Drafting(8, True, cost)
-    lookup, draft = Lookup(), Draft()
-    drafting.policy(lookup).cost.draft_s = 1e-6  # free
-    policy = drafting.policy(draft)
-    policy.seed({"draft_round_s": {1: 0.002, 4: 0.008}, "reached": [8.0, 4.0, 2.0], "accepted": [4.0, 2.0, 1.0]})
-    chain = drafting.chain(_Hybrid(lookup, draft), None, None)
-    seq, rng, stats, reasons = text[:10], np.random.default_rng(0), GenerationStats(), []
-    chain.begin(seq)
-    for _ in range(24):
-        prop, why = chain.propose(list(seq), 64, SamplingConfig(temperature=0.0), rng, stats)
-        reasons.append(why)
-        n = next((i for i, t in enumerate(prop.tokens) if t != text[len(seq) + i]), len(prop.tokens))
-        chain.accepted(n, text[len(seq):len(seq) + n + 1])
-        seq = text[:len(seq) + n + 1]
-    assert sum("explore" in r for r in reasons) >= 2
-    assert Draft.asked == 0
+    def propose(self, seq, k, sampling, rng, guide=None):
+        from edgespec.proposers import Proposal
+        self.asked += 1
+        time.sleep(self.step * k)
+        return Proposal([t if i % 2 == 0 else -1 for i, t in enumerate(TEXT[len(seq):len(seq) + k])], None,
+                        ["draft"] * k)
 
 
 class _Hybrid:
     def __init__(self, *parts):
         self.parts = parts
+
+
+def run_chain(drafting, proposer, rounds, verify_s=0.0):
+    """Rounds of a chain on TEXT, as the engine runs them (a verify taking verify_s); the rounds' reasons."""
+    import numpy as np
+
+    from edgespec.sampling import SamplingConfig
+    from edgespec.stats import GenerationStats
+
+    chain = drafting.chain(proposer, None, None)
+    seq, rng, stats, reasons = TEXT[:10], np.random.default_rng(0), GenerationStats(), []
+    chain.begin(seq)
+    for _ in range(rounds):
+        prop, why = chain.propose(list(seq), 64, SamplingConfig(temperature=0.0), rng, stats)
+        reasons.append(why)
+        time.sleep(verify_s)
+        n = next((i for i, t in enumerate(prop.tokens) if t != TEXT[len(seq) + i]), len(prop.tokens))
+        chain.accepted(n, TEXT[len(seq):len(seq) + n + 1])
+        seq = TEXT[:len(seq) + n + 1]
+    return reasons
+
+
+def test_an_explore_round_behind_lookup_drafts_only_where_the_plan_drafts():
+    # Lookup offers five tokens that all pass; the draft model (a fifth of a step per token, half its tokens pass)
+    # can only add cost after them. Every 8th round is an explore round for its policy: it must not force the
+    # draft model in (which on copied text cost the hybrid more than it gained), only lengthen a draft the plan
+    # chose.
+    from edgespec.drafting import Drafting
+
+    cost = CostModel()
+    cost.verify_s = {m: 0.01 for m in range(1, 18)}
+    drafting = Drafting(8, True, cost)
+    lookup, draft = _Lookup(), _Draft()
+    drafting.policy(lookup).cost.draft_s = 1e-6  # free
+    drafting.policy(draft).seed({"draft_round_s": {1: 0.002, 4: 0.008}, "reached": [8.0, 4.0, 2.0],
+                                 "accepted": [4.0, 2.0, 1.0]})
+    reasons = run_chain(drafting, _Hybrid(lookup, draft), 24)
+    assert sum("explore" in r for r in reasons) >= 2
+    assert draft.asked == 0
+
+
+def test_a_chain_tells_the_drafting_policy_how_its_rounds_turned_out():
+    # The verify curve says 10 ms a decode; the engine's decodes take 30 (as over a network, timed apart from a
+    # generation): the draft model's policy learns that its rounds cost more than expected, and falls back.
+    from edgespec.drafting import Drafting
+
+    cost = CostModel()
+    cost.verify_s = {m: 0.01 for m in range(1, 18)}
+    drafting = Drafting(4, True, cost)
+    draft = _Draft(step=0.001)
+    policy = drafting.policy(draft)
+    policy.seed({"draft_round_s": {1: 0.001, 4: 0.004}, "reached": [8.0, 8.0, 8.0, 8.0],
+                 "accepted": [8.0, 8.0, 8.0, 8.0]})
+    reasons = run_chain(drafting, draft, 30, verify_s=0.03)
+    assert policy.outcomes.rounds > 0 and policy.outcomes.time_factor() > 1.5
+    assert "fallback" in reasons[-1]
+
+
+
+def test_outcomes_start_as_expected_and_follow_what_rounds_cost():
+    from edgespec.costs import Outcomes
+
+    o = Outcomes()
+    assert o.optimism() == o.time_factor() == 1.0
+    o.observe(0.1, 2.0, 0.1, 2)
+    assert o.optimism() == pytest.approx(1.0)
+    for _ in range(60):  # each round takes twice as long as expected and yields half the tokens
+        o.observe(0.1, 2.0, 0.2, 1)
+    assert o.time_factor() == pytest.approx(2.0, rel=0.05)
+    assert o.optimism() == pytest.approx(3.0)  # 4x, bounded
+    for _ in range(200):  # better than expected: not counted on
+        o.observe(0.1, 2.0, 0.05, 4)
+    assert o.optimism() == o.time_factor() == 1.0
+
+
+def test_rounds_that_cost_more_than_expected_make_drafting_fall_back():
+    # by the model, K=3 drafts at 0.61 of a plain token's cost: it drafts; rounds that have cost 1.6x per token what
+    # the model expected put it behind plain: a fallback that says why
+    verify = {m: 1.0 for m in range(1, 18)}
+    d = DraftLength(4, True, model(verify, 0.05, [0.5] * 8))
+    assert d.decide(64).reason == "cost"
+    d = DraftLength(4, True, model(verify, 0.05, [0.5] * 8))
+    for _ in range(40):
+        d.outcomes.observe(1.0, 2.0, 1.6, 2)
+    decision = d.decide(64)
+    assert decision.reason == "fallback" and "drafted rounds cost 1.5" in decision.why  # (the prior fades)
+
+
+def test_a_plan_behind_lookup_drafts_only_where_outcomes_still_say_it_pays():
+    verify = {m: 1.0 + 0.1 * (m - 1) for m in range(1, 18)}
+    lead = model(verify, 0.0, [0.5] * 8)
+    d = DraftLength(8, True, model(verify, 0.05, [0.7] * 8))
+    j, f = d.plan(8, lead, 0)
+    assert f > 0  # the draft model alone is expected to beat plain by well over the margin
+    for _ in range(40):
+        d.outcomes.observe(1.0, 2.0, 2.5, 2)
+    assert d.plan(8, lead, 0) == (0, 0)  # at 2.5x what was expected it does not: a plain round
+
+
+def test_hopeless_counts_what_drafted_rounds_took():
+    # verify of m rows costs 1 + 0.2 (m - 1), a draft step 0.1: at full acceptance K=8 costs 0.3 a token, not
+    # hopeless; rounds that took 3x their expected time make it 0.9 > the margin
+    verify = {m: 1.0 + 0.2 * (m - 1) for m in range(1, 18)}
+    d = DraftLength(8, True, model(verify, 0.1, [0.1] * 8))
+    assert not d.hopeless()
+    for _ in range(80):
+        d.outcomes.observe(1.0, 1.0, 3.0, 1)
+    assert d.outcomes.time_factor() == pytest.approx(3.0, rel=0.02)
+    assert d.hopeless() == (min((1 + 0.2 * k + 0.1 * k) / (k + 1) for k in range(1, 9)) * 3.0 >= 0.92)

@@ -1,0 +1,304 @@
+"""One generation's rounds of proposals from a chain of proposers (drafting.py owns their policies): each part
+proposes in turn from where the earlier ones stopped, up to what its own policy wants; behind a free part (prompt
+lookup), a part that costs time plans the round by expected gain (DraftLength.plan); a draft model's second choices
+and branch become a verification tree's leaves. After verification each part hears its share, and a part that
+drafted at a cost hears how the round turned out against what was expected (DraftLength.outcomes).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from .backend import common_prefix
+from .proposers import EMPTY, DraftModelProposer, Proposal, Proposer
+from .sampling import SamplingConfig
+from .stats import GenerationStats
+from .tree import Tree
+from .tuning import Decision, DraftLength
+
+
+CATCH_UP_LIMIT = 32  # a probe whose proposer has more than this to read first waits for the next text
+
+
+def _behind(part: Proposer, seq: Sequence[int]) -> int:
+    """Tokens a proposer must read before it can propose from seq (a draft model after standing aside); 0 for
+    those that read nothing."""
+    return part.behind(seq) if isinstance(part, DraftModelProposer) else 0
+
+
+@dataclass
+class Link:
+    part: Proposer
+    policy: DraftLength
+    start: int = 0  # where this part's tokens begin in the round's proposal
+    n: int = 0  # how many it proposed this round
+    key: object = None
+    seconds: float = 0.0
+    offered: list[int] | None = None  # all it proposed, where the round kept fewer (the planner stood it aside)
+    tree: Tree | None = None  # what it proposed, where that was a tree
+    alternatives: list | None = None  # a draft model's second choice at each of its n positions (and its q)
+    branch: tuple | None = None  # a draft model's branch after one of them (Proposal.branch)
+
+
+class Chain:
+    def __init__(self, links: list[Link], k_max: int | None, adaptive: bool | None, tree_width: int = 1) -> None:
+        self.links = links
+        self.k_max, self.adaptive = k_max, adaptive
+        self.tree_width = tree_width
+        self._used: list[Link] = []
+        self._aside: Link | None = None  # a part whose offer the round cut: it learns from the verified tokens
+        self._leaves: tuple[Link, int, set[int]] | None = None  # second choices verified as leaves: whose, the
+        # chain's length, and the positions they stand at
+        self._t0 = 0.0  # when the round's proposal began
+        self._expected: tuple[list[Link], float, float] | None = None  # the parts that drafted at a cost, and the
+        # round's expected seconds and tokens (a chain's round; Outcomes)
+
+    @property
+    def measures(self) -> bool:
+        """Whether any part decides by measured cost this call (then the target's verify curve is needed)."""
+        return any(link.policy.adaptive if self.adaptive is None else self.adaptive for link in self.links)
+
+    @property
+    def reads_prompt(self) -> bool:
+        """Whether a part has prompt work to do before it can propose (a draft model's cache)."""
+        return any(isinstance(link.part, DraftModelProposer) for link in self.links)
+
+    def begin(self, seq: Sequence[int], start: Callable[[], None] | None = None) -> None:
+        """A new text: each policy hears so, start() runs (the engine's costs, which a profile may seed the
+        policies with), then each part that will draft reads the prompt (one standing aside catches up if and
+        when it drafts)."""
+        for link in self.links:
+            link.policy.new_text()
+        if start is not None:
+            start()
+        for link in self.links:
+            if not link.policy.standing_aside(self.adaptive):
+                link.part.begin(seq)
+
+    def propose(self, seq: list[int], cap: int, sampling: SamplingConfig, rng: np.random.Generator,
+                stats: GenerationStats, guide=None, rows: int | None = None) -> tuple[Proposal, str]:
+        """Each part proposes in turn from where the earlier ones stopped, up to the round length its own policy
+        wants; returns the joint proposal and the decisions' reasons (for the round's record). With a guide, the
+        parts draft under it (deterministic proposals are cut where the grammar forbids), and it is left as it
+        was. cap: the most tokens deep (max_tokens, the context); rows: the most tokens in all, a tree's included
+        (the context's room; default cap)."""
+        rows = cap if rows is None else rows
+        self._used, self._aside, self._leaves, self._expected = [], None, None, None
+        self._t0 = time.perf_counter()
+        reading = 0.0  # what the parts that draft are expected to spend reading text they missed
+        for link in self.links:
+            link.tree = link.alternatives = link.branch = None
+        if cap <= 0:
+            return EMPTY, "fixed"
+        first = None  # a lone free proposer that can offer a tree does, where the output is not constrained
+        if self.tree_width > 1 and len(self.links) == 1 and guide is None and hasattr(self.links[0].part,
+                                                                                      "propose_tree"):
+            first = self.links[0].policy.decide(cap, self.k_max, self.adaptive)
+            if first.reason == "free":
+                prop = self._tree(self.links[0], seq, first.k, rows)
+                return prop, "free" if prop.parents is None else "tree"
+        tokens: list[int] = []
+        qs: list[np.ndarray | None] = []
+        sources: list[str] = []
+        sampled = False
+        reasons = []
+        pushed = 0
+        try:
+            for link in self.links:
+                policy = link.policy
+                behind_free = len(self._used) == 1 and self._used[0].policy.free
+                decision = first if first is not None else \
+                    policy.decide(cap, self.k_max, self.adaptive, planned=behind_free) \
+                    if len(tokens) < cap or behind_free else Decision(0, "full")
+                if decision.reason == "probe" and _behind(link.part, seq) > CATCH_UP_LIMIT:
+                    policy.defer_probe()
+                    decision = Decision(0, "fallback")
+                reasons.append(decision.reason)
+                if decision.reason == "fallback" and decision.why:
+                    stats.fallbacks.append({"round": stats.n_rounds, "why": decision.why})
+                k = decision.k - len(tokens)
+                if behind_free and decision.k > 0 and decision.reason not in ("fixed", "free"):
+                    # Keep j of the free lead's tokens and draft f after them, whichever split (or this part
+                    # alone, or the lead alone) is expected to cost least per token; learning rounds (warm-up,
+                    # probe) draft >= 1. An explore round drafts one more than the plan where the plan drafts at
+                    # all: forced drafting there would pay for what the lead does better (and for catching up
+                    # on its tokens), which on copied text cost more than the hybrid gained.
+                    lead = self._used[0]
+                    learning = decision.reason not in ("cost", "explore")
+                    limit = decision.k if learning else min(cap, policy.k_max if self.k_max is None else self.k_max)
+                    read_s = getattr(link.part, "read_s", None) or 0.0  # a model must first read what it missed
+                    behind = _behind(link.part, seq) if read_s else 0
+                    j, k = policy.plan(limit, lead.policy.keyed(lead.key), lead.n, least=int(learning),
+                                       behind=behind, read_s=read_s)
+                    if decision.reason == "explore" and k > 0 and j + k < limit:
+                        k += 1
+                    if j < lead.n:
+                        lead.offered, self._aside = tokens[lead.start:lead.start + lead.n], lead
+                        del tokens[j:], sources[j:], qs[j:]
+                        lead.n = j
+                        if pushed > j:
+                            guide.pop(pushed - j)
+                            pushed = j
+                        if j == 0:
+                            self._used, sampled = [], False
+                            reasons[0] = "dropped"
+                if k <= 0 or (guide is not None and tokens and guide.is_eog(tokens[-1])):
+                    continue
+                t0 = time.perf_counter()
+                context = seq + tokens if tokens else seq
+                behind = _behind(link.part, context)
+                reading += behind * (getattr(link.part, "read_s", None) or 0.0) if behind > 1 else 0.0
+                seconds = self.tree_width > 1 and guide is None and isinstance(link.part, DraftModelProposer)
+                prop = link.part.propose(context, k, sampling, rng, guide=guide) if guide is not None else \
+                    link.part.propose(context, k, sampling, rng, alternatives=True,
+                                      branch=self._branching(link, len(tokens), k)) if seconds else \
+                    link.part.propose(context, k, sampling, rng)
+                # what drafting this many costs, without catching up on text decoded while the part stood aside
+                # or drafting a branch
+                link.seconds = time.perf_counter() - t0 - getattr(link.part, "catch_up_s", 0.0) - \
+                    (getattr(link.part, "branch_s", 0.0) if seconds else 0.0)
+                n = len(prop.tokens)
+                if guide is not None and prop.q is None:
+                    n = guide.allowed_prefix(prop.tokens)  # past that the target would reject them for certain
+                link.start, link.key = len(tokens), prop.key
+                link.n = policy.keep(n, prop.key) if decision.reason == "free" else n
+                self._used.append(link)
+                if prop.alternatives is not None:
+                    link.alternatives = prop.alternatives[:link.n]
+                    link.branch = prop.branch if prop.branch and prop.branch[0] < link.n else None
+                tokens += prop.tokens[:link.n]
+                sources += prop.sources[:link.n]
+                qs += list(prop.q[:link.n]) if prop.q is not None else [None] * link.n
+                sampled = sampled or prop.q is not None
+                if guide is not None:
+                    for t in prop.tokens[:link.n]:
+                        if guide.is_eog(t):
+                            break
+                        guide.push(t)
+                        pushed += 1
+        finally:
+            if pushed:
+                guide.pop(pushed)
+        extra = self._second_choices(tokens, rows)
+        if not extra:
+            self._expected = self._expectation(len(tokens), reading)
+        if extra:
+            leaves, parents = extra
+            return Proposal(tokens + [t for t, _ in leaves], qs + [q for _, q in leaves] if sampled else None,
+                            sources + ["draft"] * len(leaves), parents=list(range(-1, len(tokens) - 1)) + parents
+                            ), "+".join(reasons + ["tree"] + (["branch"] if self._leaves[3] else []))
+        return Proposal(tokens, qs if sampled else None, sources), "+".join(reasons) or "fixed"
+
+    def _expectation(self, n: int, reading: float) -> tuple[list[Link], float, float] | None:
+        """A chain's round of n tokens where a part drafted at a cost: those parts, and what the cost model expects
+        the round to take (verify, drafting, reading) and to yield (E[N]); None where nothing drafted at a cost."""
+        drafters = [x for x in self._used if x.n and not x.policy.free]
+        if not drafters:
+            return None
+        verify = drafters[0].policy.cost.t_verify(n + 1)
+        drafting = [x.policy.cost.t_draft(x.n) for x in drafters]
+        if verify is None or None in drafting:
+            return None
+        tokens, reach = 1.0, 1.0
+        for a in self._accept():
+            reach *= a
+            tokens += reach
+        return drafters, verify + sum(drafting) + reading, tokens
+
+    def _branching(self, link: Link, offset: int, k: int) -> Callable[[int], int]:
+        """For a draft model drafting k tokens after `offset` of earlier parts': how many to draft after its second
+        choice at its position i (DraftLength.branch_length), from the round's measured acceptance only."""
+        def length(i: int) -> int:
+            accept = self._accept()[:offset] + link.policy.keyed(None).acceptances(k)
+            return link.policy.branch_length(accept, offset + i, k - 1 - i, link.policy.cost.t_draft(k) or 0.0,
+                                             link.part.extra_row_s, self.adaptive)
+        return length
+
+    def _accept(self) -> list[float]:
+        """The chance each position of the round's chain passes, its earlier ones passed: each part's own estimate."""
+        return [a for x in self._used for a in x.policy.keyed(x.key).acceptances(x.n)]
+
+    def _second_choices(self, tokens: list[int], rows: int) -> tuple[list, list[int]] | None:
+        """Beside the chain, (token, q) and parent of each node: the draft's second choices worth a row as leaves
+        (DraftLength.second_choices), then its branch if it drafted one; `rows` nodes in all; None: none."""
+        link = next((x for x in self._used if x.alternatives), None)
+        if link is None:
+            return None
+        n_chain, room, fork = len(tokens), rows - len(tokens), None
+        if link.branch is not None and room > 0 and self.tree_width > 1:
+            at, grown, bq = link.branch
+            fork = (link.start + at, [link.alternatives[at]] + [(t, bq[j] if bq else None)
+                                                               for j, t in enumerate(grown[:room - 1])])
+        most = min(self.tree_width - 1 - (fork is not None), room - (len(fork[1]) if fork else 0))
+        leaves, parents = [], []
+        for p in link.policy.second_choices(self._accept(), link.start, most + (fork is not None), self.adaptive):
+            token, q = link.alternatives[p]
+            p += link.start
+            if token >= 0 and token != tokens[p] and (fork is None or p != fork[0]) and len(leaves) < most:
+                leaves.append((token, q))
+                parents.append(p - 1)
+        at = {parents[i] + 1 for i in range(len(leaves))}
+        if fork is not None:
+            head = n_chain + len(leaves)
+            leaves += fork[1]
+            parents += [fork[0] - 1] + list(range(head, head + len(fork[1]) - 1))
+            at.add(fork[0])
+            fork = (fork[0], head, len(fork[1]))
+        if not leaves:
+            return None
+        self._leaves = (link, n_chain, at, fork)
+        return leaves, parents
+
+    def _tree(self, link: Link, seq: list[int], k: int, rows: int) -> Proposal:
+        """A free proposer's continuations as a tree, cut to the nodes worth verifying (DraftLength.keep_tree), at
+        most `rows` of them."""
+        t0 = time.perf_counter()
+        prop = link.part.propose_tree(seq, k, self.tree_width)
+        n = len(prop.tokens)
+        offered = Tree(prop.tokens, prop.parents or list(range(-1, n - 1)), [None] * n, prop.sources)
+        tree = link.policy.keep_tree(offered, prop.key, rows)
+        link.seconds, link.key, link.start, link.n, link.tree = time.perf_counter() - t0, prop.key, 0, len(tree), tree
+        self._used.append(link)
+        return Proposal(tree.tokens, None, tree.sources, prop.key, None if tree.is_chain else tree.parents)
+
+    def accepted(self, n: int, verified: Sequence[int] | None = None, path: Sequence[int] | None = None) -> None:
+        """n tokens of the round's proposal passed: each part that proposed hears its own share. verified: the
+        round's tokens as verification chose them (the n accepted, then the target's own); a part whose offer the
+        round cut learns from them how much of all it offered would have passed, so a proposer set aside for a
+        while still has its acceptance measured (exactly for greedy decoding; for sampling, a close estimate).
+        path: the accepted nodes where the round was a tree."""
+        if self._expected is not None:  # a chain's round: n + 1 tokens, in the time since the proposal began
+            drafters, seconds, tokens = self._expected
+            for link in drafters:
+                link.policy.outcomes.observe(seconds, tokens, time.perf_counter() - self._t0, n + 1)
+        if self._leaves is not None:  # the chain passed up to n; a second choice there may have passed instead
+            link, n_chain, at, fork = self._leaves
+            n = sum(1 for node in path if node < n_chain)
+            leaf = len(path) > n
+            if n in at:
+                link.policy.alternatives.observe_tries(1, leaf)
+            if fork is not None:  # the draft's cache keeps the branch's tokens on the path
+                link.part.keep_branch(len(path) - n if leaf and path[n] == fork[1] else 0)
+        for link in self._used:
+            if link.tree is not None:  # path: the tree's accepted nodes (a chain's first n)
+                link.part.accepted(n)
+                link.policy.observe_tree(link.tree, range(n) if path is None else path, link.seconds, link.key)
+                continue
+            tested = n >= link.start  # every token before this part's passed
+            passed = min(link.n, n - link.start) if tested else 0
+            link.part.accepted(passed)
+            if link is not self._aside or verified is None:
+                link.policy.observe(link.n, passed if tested else None, link.seconds, link.key)
+        aside = self._aside
+        if aside is not None and verified is not None:
+            offered, known = aside.offered, verified[aside.start:]
+            m = common_prefix(offered, known)
+            d = min(len(offered), len(known))
+            # a mismatch at m: positions 0..m tested, m failed; else all that could be compared passed
+            aside.policy.observe(len(offered) if m < d else d, m, aside.seconds, aside.key)
+
+    def llama_seconds(self) -> float:
+        return sum(link.part.llama_seconds() for link in self.links)
