@@ -149,8 +149,9 @@ class Chain:
                     continue
                 t0 = time.perf_counter()
                 context = seq + tokens if tokens else seq
-                behind = _behind(link.part, context)
-                reading += behind * (getattr(link.part, "read_s", None) or 0.0) if behind > 1 else 0.0
+                per_read = getattr(link.part, "read_s", None)  # a model's reading, priced as its plan prices it
+                behind = _behind(link.part, context) if per_read else 0
+                reading += behind * per_read if behind > 1 else 0.0
                 seconds = self.tree_width > 1 and guide is None and isinstance(link.part, DraftModelProposer)
                 prop = link.part.propose(context, k, sampling, rng, guide=guide) if guide is not None else \
                     link.part.propose(context, k, sampling, rng, alternatives=True,
