@@ -1,0 +1,66 @@
+"""Round by round: what each mode drafted, what passed and what each round cost, on chosen built-in prompts, with the
+draft model's cost estimates after each prompt. For finding where a mode loses time, not for speed-ups (bench).
+
+    bench/trace.py -m TARGET -d DRAFT --category writing --category chat [--modes plain,draft] [--rpc HOST:PORT]
+
+Each round prints as "reason drafted/accepted ms" (reasons as in GenerationStats.rounds_by_reason). Run alone.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+
+from edgespec import Engine
+from edgespec.benchmark import Strategies, builtin
+from edgespec.drafting import parts
+from edgespec.proposers import DraftModelProposer
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("-m", "--target", required=True)
+    ap.add_argument("-d", "--draft")
+    ap.add_argument("--lookup", action="store_true", help="also load prompt lookup (for lookup and hybrid modes)")
+    ap.add_argument("--category", action="append", required=True, help="a built-in category (repeatable, in order)")
+    ap.add_argument("--skip", type=int, default=1, help="prompts of each category to leave out first")
+    ap.add_argument("--limit", type=int, default=1, help="prompts of each category")
+    ap.add_argument("--modes", default="plain,draft")
+    ap.add_argument("-n", "--max-tokens", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rpc", default="", help="rpc-servers for the target, HOST:PORT[,HOST:PORT...]")
+    a = ap.parse_args()
+    engine = Engine.load(a.target, a.draft, n_threads=a.threads, n_ctx=4096, lookup=a.lookup,
+                         rpc=[x for x in a.rpc.split(",") if x])
+    by = collections.defaultdict(list)
+    for item in builtin():
+        by[item.category].append(item)
+    items = [x for c in a.category for x in by[c][a.skip:a.skip + a.limit]]
+    modes = a.modes.split(",")
+    strategies = Strategies(engine)
+    warm = engine.tokenize("Hello")
+    strategies.generate("plain", warm, 8)
+    curve = engine.calibrate(range(1, 17))
+    print("verify curve (ms):", {m: round(t * 1000, 1) for m, t in curve.items()})
+    for mode in modes:
+        strategies.generate(mode, warm, 8)
+    strategies.by_mode.clear()
+    for item in items:
+        tokens = item.tokens(engine)
+        for mode in modes:
+            result = strategies.generate(mode, tokens, a.max_tokens)[0]
+            print(f"{item.category} {mode}: {result.stats.ms_per_token:.1f} ms/token, {len(tokens)} prompt tokens")
+            if mode == "plain":
+                continue
+            print("  ", " | ".join(f"{x.reason} {x.n_drafted}/{x.n_accepted} {1000 * x.seconds:.0f}"
+                                   for x in result.stats.rounds))
+            for part in parts(strategies.by_mode[mode]):
+                if isinstance(part, DraftModelProposer):
+                    policy = engine.policy(part)
+                    c = policy.cost
+                    print(f"   draft model: T_d {({n: round(1000 * t, 1) for n, t in sorted(c.draft_round_s.items())})}"
+                          f" ms, acceptance {[round(x, 2) for x in c.acceptances(6)]}, best K {c.best_k(8)[0]}, "
+                          f"outcomes x{policy.outcomes.optimism():.2f}, hopeless {policy.hopeless()}")
+
+
+if __name__ == "__main__":
+    main()
