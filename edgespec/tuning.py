@@ -50,6 +50,7 @@ class DraftLength:
         self.probe_k = probe_k  # warm-up rounds draft this many, to learn acceptance past position 1
         self.max_wait = 512  # the longest fallback, after repeated failed probes
         self._plain_left = 0
+        self._waited = 0  # the length of the last wait
         self._failed_probes = 0  # probes in a row after which drafting still did not pay
         self._probe = ""  # "pending": asked for, not yet drafted and tested; "done": its verdict is next
         self._probe_next_text = False  # a probe put off to the next text's start (defer_probe)
@@ -93,6 +94,7 @@ class DraftLength:
         stood aside since the text began has all of it to read): plain decoding goes on, and the probe comes at the
         start of the next text where drafting could pay (new_text), where the prompt is read anyway."""
         self._probe, self._plain_left, self._probe_next_text = "", self.max_wait, True
+        self._waited = self.max_wait
 
     def decide(self, cap: int, k_max: int | None = None, adaptive: bool | None = None,
                planned: bool = False) -> Decision:
@@ -112,6 +114,14 @@ class DraftLength:
         if self._plain_left > 0:
             self._plain_left -= 1
             if self._plain_left > 0:
+                return Decision(0, "fallback")
+            if self._waited < self.max_wait and self.hopeless():
+                # No text can make drafting pay at these costs, so a probe (which mid-text first reads what the
+                # proposer skipped) would only pay to hear so again: wait twice as long instead. Plain rounds keep
+                # timing the target step, the cost that changes (a busier network), and re-open the verdict; a
+                # wait of max_wait still ends in a probe, to re-time the rest now and then.
+                self._failed_probes += 1
+                self._plain_left = self._wait(self._behind_by())
                 return Decision(0, "fallback")
             self._probe, self._probe_left = "pending", self.probe_rounds
         if self._probe == "pending":  # asked again until it is carried out (in a chain, another part may fill)
@@ -150,7 +160,13 @@ class DraftLength:
 
     def _wait(self, ratio: float) -> int:
         wait = max(4, min(self.fallback_rounds, int(self.fallback_rounds * (ratio - self.margin) / 0.3)))
-        return min(self.max_wait, wait * 2 ** self._failed_probes)
+        self._waited = min(self.max_wait, wait * 2 ** self._failed_probes)
+        return self._waited
+
+    def _behind_by(self) -> float:
+        """The best K's expected cost per token over a plain token's (for the length of a wait)."""
+        per_token, plain = self.cost.best_k(max(self.k_max, 1))[1], self.cost.t_verify(1)
+        return per_token * self.outcomes.optimism() / plain if per_token and plain else self.clearly_behind
 
     def standing_aside(self, adaptive: bool | None = None) -> bool:
         """In a fallback that goes on past the next round: the proposer has nothing to do, not even read a prompt."""

@@ -30,7 +30,12 @@ def hybrid_engine(tiny_pair):
 @pytest.mark.parametrize("kind", ["lookup", "hybrid"])
 @pytest.mark.parametrize("adaptive", [False, True])
 def test_greedy_identity(request, kind, adaptive):
-    engine = request.getfixturevalue(f"{kind}_engine")
+    # The adaptive hybrid gets an engine of its own: on these tiny models its draft model soon finds that drafting
+    # cannot pay at all and waits without probing, so only a fresh policy's warm-up rounds draft with it.
+    fresh = adaptive and kind == "hybrid"
+    tiny_pair = request.getfixturevalue("tiny_pair")
+    engine = edgespec.Engine.load(tiny_pair[0], draft=tiny_pair[1], lookup=True, n_ctx=1024) if fresh else \
+        request.getfixturevalue(f"{kind}_engine")
     drafted = {}
     for prompt in PROMPTS + REPEATING:
         tokens = engine.tokenize(prompt)
@@ -40,7 +45,9 @@ def test_greedy_identity(request, kind, adaptive):
         for src, n in spec.stats.drafted_by_source.items():
             drafted[src] = drafted.get(src, 0) + n
     # Fixed K drafts every round. Adaptive K on these tiny models mostly falls back to plain decoding (a draft step
-    # costs a target step, lookups rarely match random text), with probes in between: lossless either way.
+    # costs a target step, lookups rarely match random text), after warm-up rounds: lossless either way.
+    if fresh:
+        engine.close()
     least = 0 if adaptive else 50
     assert drafted.get("lookup", 0) > least
     if kind == "hybrid":
@@ -96,7 +103,9 @@ def test_fallback_to_plain_when_drafting_costs_more_than_it_saves(tiny_pair):
     e.close()
     assert r.tokens == plain.tokens
     assert r.stats.fallbacks and "ms/token plain" in r.stats.fallbacks[0]["why"]
-    assert r.stats.rounds_by_reason.get("fallback", 0) > 50 and r.stats.rounds_by_reason.get("probe", 0) >= 1
+    # drafting could not pay even if every token passed: the waits double without probes (each would only pay to
+    # hear so again) until one reaches max_wait
+    assert r.stats.rounds_by_reason.get("fallback", 0) > 80 and r.stats.rounds_by_reason.get("probe", 0) == 0
 
 
 def test_no_fallback_when_speculation_pays(tiny_pair):

@@ -70,13 +70,15 @@ def test_extrapolation_never_reaches_zero():
 
 
 def test_fallback_when_even_the_best_k_loses_to_plain_and_probe_later():
-    # compute-bound: each extra verify row costs 80% of a step, a draft 40% of a step, acceptance 0.3
-    c = model({m: 0.1 * (1 + 0.8 * (m - 1)) for m in range(1, 18)}, 0.04, [0.3] * 16)
+    # each extra verify row costs 30% of a step, a draft 40% of a step, acceptance 0.3: behind plain, but a text the
+    # draft suits could pay (at full acceptance K=8 would cost 0.073 s/token against 0.1)
+    c = model({m: 0.1 * (1 + 0.3 * (m - 1)) for m in range(1, 18)}, 0.04, [0.3] * 16)
     d = DraftLength(8, adaptive=True, cost=c, fallback_rounds=32)
     d.probe_rounds = 1  # a verdict after each probe round (two by default: below)
     first = d.decide(100)
-    # best is K=1: (0.18 + 0.04) / 1.3 = 0.169 s/token, 1.69x plain: far behind, so the longest wait
-    assert (first.k, first.reason) == (0, "fallback") and "169.2 ms/token" in first.why and "32 rounds" in first.why
+    # best is K=1: (0.13 + 0.04) / 1.3 = 0.131 s/token, 1.31x plain: far behind, so the longest wait
+    assert (first.k, first.reason) == (0, "fallback") and "130.8 ms/token" in first.why and "32 rounds" in first.why
+    assert not d.hopeless()
     reasons = [d.decide(100) for _ in range(32)]
     assert [r.reason for r in reasons] == ["fallback"] * 31 + ["probe"]
     assert reasons[-1].k == 1  # a probe drafts the best K: it costs as little as a draft can
@@ -90,17 +92,21 @@ def test_fallback_when_even_the_best_k_loses_to_plain_and_probe_later():
     assert waits == ["fallback"] * 63 + ["probe"] and "128 rounds" in d.decide(100).why
     assert d.decide(100).reason == "fallback"
     left = d._plain_left
-    # even if every drafted token passed: K=8 would cost T_v(9) + T_d(8) = 0.74 + (0.04 + 7 * 0.02) s for 9
-    # tokens, 0.102 s/token against plain's 0.1
+    # Verify rows get dearer (80% of a step each): even if every drafted token passed, K=8 would cost T_v(9) + T_d(8)
+    # = 0.74 + (0.04 + 7 * 0.02) s for 9 tokens, 0.102 s/token against plain's 0.1
+    c.verify_s = {m: 0.1 * (1 + 0.8 * (m - 1)) for m in range(1, 18)}
     assert d.hopeless()
     d.new_text()  # so the wait goes on across texts ...
     assert d.standing_aside() and not d.standing_aside(adaptive=False)  # ... with no prompt to read
     assert d.decide(100).reason == "fallback" and d._plain_left == left - 1
     for _ in range(left - 2):
         d.decide(100)
-    assert d.decide(100).reason == "probe"
+    # ... and where it ends, a probe would only pay to hear so again: the wait doubles instead, up to max_wait,
+    # which ends in a probe (to re-time the costs now and then)
+    rest = [d.decide(100) for _ in range(1 + 256 + 512)]  # the round that ends the wait of 128, then the doubled waits
+    assert {x.reason for x in rest[:-1]} == {"fallback"} and rest[-1].reason == "probe" and d._failed_probes == 4
     d.observe(1, 0, 0.04)
-    assert "256 rounds" in d.decide(100).why and d.fallbacks == 4  # ... and the backoff carries over
+    assert "512 rounds" in d.decide(100).why and d.fallbacks == 4  # ... and the backoff carries over
 
 
 def test_a_new_text_is_probed_at_once_after_a_fallback_near_break_even():
@@ -139,7 +145,7 @@ def test_a_short_draft_near_the_end_is_a_plain_round_not_a_fallback():
 
 
 def test_a_probe_lasts_two_drafted_rounds_and_a_new_text_does_not_drown_in_the_last_ones():
-    c = model({m: 0.1 * (1 + 0.8 * (m - 1)) for m in range(1, 18)}, 0.04, [0.3] * 16)
+    c = model({m: 0.1 * (1 + 0.3 * (m - 1)) for m in range(1, 18)}, 0.04, [0.3] * 16)
     d = DraftLength(8, adaptive=True, cost=c)
     d._plain_left = 1
     assert d.decide(100).reason == "probe"
@@ -168,7 +174,7 @@ def test_a_probe_put_off_comes_at_the_start_of_the_next_text():
 def test_a_probe_put_off_waits_for_a_text_where_drafting_could_pay():
     # drafting costs 0.5 s a step: even if every token passed it would not pay (a small target over a slow draft)
     d = DraftLength(8, adaptive=True, cost=model({m: 0.1 for m in range(1, 18)}, 0.5, [0.9] * 16))
-    d._failed_probes, d._plain_left = 1, 1
+    d._failed_probes, d._plain_left, d._waited = 1, 1, d.max_wait  # the longest wait ends in a probe even so
     assert d.decide(100).reason == "probe" and d.hopeless()
     d.defer_probe()
     for _ in range(3):  # short answers one after another: no prompt read, no probe
@@ -208,7 +214,7 @@ def test_a_new_text_weighs_the_last_texts_acceptance_by_half():
 
 
 def test_a_probe_that_pays_ends_the_backoff():
-    c = model({m: 0.1 * (1 + 0.6 * (m - 1)) for m in range(1, 18)}, 0.04, [0.3] * 16)
+    c = model({m: 0.1 * (1 + 0.3 * (m - 1)) for m in range(1, 18)}, 0.04, [0.3] * 16)
     d = DraftLength(8, adaptive=True, cost=c, fallback_rounds=32)
     d.probe_rounds = 1  # a verdict after each probe round (two by default: below)
     for _ in range(33):
@@ -486,3 +492,20 @@ def test_hopeless_counts_what_drafted_rounds_took():
         d.outcomes.observe(1.0, 1.0, 3.0, 1)
     assert d.outcomes.time_factor() == pytest.approx(3.0, rel=0.02)
     assert d.hopeless() == (min((1 + 0.2 * k + 0.1 * k) / (k + 1) for k in range(1, 9)) * 3.0 >= 0.92)
+
+
+def test_a_wait_that_ends_where_drafting_could_not_pay_at_all_doubles_instead_of_probing():
+    # verify of m rows costs m steps, a draft step half of one: hopeless at any acceptance. Waits double (no probe,
+    # no drafted round) until one of max_wait rounds, which ends in a probe to re-time the costs.
+    verify = {m: float(m) for m in range(1, 18)}
+    d = DraftLength(4, True, model(verify, 0.5, [0.9] * 8))
+    assert d.hopeless()
+    decisions = [d.decide(64) for _ in range(2000)]
+    probes = [i for i, x in enumerate(decisions) if x.reason == "probe"]
+    assert probes and all(x.k == 0 for x in decisions[:probes[0]])
+    assert probes[0] > d.max_wait  # after waits of 32, 64, ... up to one of max_wait
+    # behind plain but not hopeless: a wait ends in a probe as before
+    near = DraftLength(4, True, model({m: 1.0 + 0.3 * (m - 1) for m in range(1, 18)}, 0.05, [0.4] * 8))
+    assert not near.hopeless()
+    decisions = [near.decide(64) for _ in range(40)]
+    assert decisions[0].reason == "fallback" and "probe" in {x.reason for x in decisions}
