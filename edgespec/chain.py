@@ -184,14 +184,13 @@ class Chain:
             if pushed:
                 guide.pop(pushed)
         extra = self._second_choices(tokens, rows)
-        if not extra:
+        if not extra:  # (a round with a tree's leaves is not judged against the chain's expectation)
             self._expected = self._expectation(len(tokens), reading)
-        if extra:
-            leaves, parents = extra
-            return Proposal(tokens + [t for t, _ in leaves], qs + [q for _, q in leaves] if sampled else None,
-                            sources + ["draft"] * len(leaves), parents=list(range(-1, len(tokens) - 1)) + parents
-                            ), "+".join(reasons + ["tree"] + (["branch"] if self._leaves[3] else []))
-        return Proposal(tokens, qs if sampled else None, sources), "+".join(reasons) or "fixed"
+            return Proposal(tokens, qs if sampled else None, sources), "+".join(reasons) or "fixed"
+        leaves, parents = extra
+        return Proposal(tokens + [t for t, _ in leaves], qs + [q for _, q in leaves] if sampled else None,
+                        sources + ["draft"] * len(leaves), parents=list(range(-1, len(tokens) - 1)) + parents
+                        ), "+".join(reasons + ["tree"] + (["branch"] if self._leaves[3] else []))
 
     def _expectation(self, n: int, reading: float) -> tuple[list[Link], float, float] | None:
         """A chain's round of n tokens where a part drafted at a cost: those parts, and what the cost model expects

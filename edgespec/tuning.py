@@ -122,7 +122,8 @@ class DraftLength:
                 # wait of max_wait still ends in a probe, to re-time the rest now and then.
                 self._failed_probes += 1
                 self._plain_left = self._wait(self._behind_by())
-                return Decision(0, "fallback")
+                return Decision(0, "fallback", f"drafting could not pay even if every drafted token passed: plain "
+                                               f"decoding for {self._plain_left} more rounds, without a probe")
             self._probe, self._probe_left = "pending", self.probe_rounds
         if self._probe == "pending":  # asked again until it is carried out (in a chain, another part may fill)
             return Decision(self.cost.best_k(k_max)[0], "probe")
