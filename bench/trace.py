@@ -44,10 +44,16 @@ def main() -> None:
     for mode in modes:
         strategies.generate(mode, warm, 8)
     strategies.by_mode.clear()
+    trace(engine, strategies, items, modes, a.max_tokens)
+
+
+def trace(engine: Engine, strategies: Strategies, items, modes, max_tokens: int) -> None:
+    """Each item in each mode, in order (the policies learning from item to item): the rounds, then the draft
+    model's estimates."""
     for item in items:
         tokens = item.tokens(engine)
         for mode in modes:
-            result = strategies.generate(mode, tokens, a.max_tokens)[0]
+            result = strategies.generate(mode, tokens, max_tokens)[0]
             print(f"{item.category} {mode}: {result.stats.ms_per_token:.1f} ms/token, {len(tokens)} prompt tokens")
             if mode == "plain":
                 continue

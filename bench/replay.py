@@ -1,0 +1,182 @@
+"""Replay the drafting policies on recorded texts under recorded (or changed) costs: `edgespec bench` without the
+machine's noise (edgespec/replay.py says how and what it cannot show).
+
+    # once, alone on the machine: the pair's greedy texts, the draft's predictions, decode costs (F16: ~25 min)
+    .venv/bin/python bench/replay.py record --config memory -n 128 -o bench/results/replay-memory.json
+    .venv/bin/python bench/replay.py costs bench/results/replay-memory.json --config memory   # re-time (~4 min)
+    # then, in seconds to minutes, as often as wanted: `edgespec tune`, then `edgespec bench` on the unseen prompts
+    .venv/bin/python bench/replay.py run bench/results/replay-memory.json --tune --skip 1 -n 64
+    .venv/bin/python bench/replay.py run F.json --noise 0.1 --latency-ms 2 --verify-slope 0.02 --fresh
+
+`run` takes the options of `edgespec bench` that choose prompts and modes, and `--tune` runs `edgespec tune`'s
+measurement (on the first prompt of each category, as the real one does) so the modes start from its profile;
+`--noise S` multiplies each decode's cost by a seeded lognormal factor of spread S (a real run's timings are noisy:
+the policies' estimates should be robust to it), `--latency-ms L` adds L to every target decode (a target over
+rpc-servers), `--verify-slope S` replaces the target's verify curve by T(1) x (1 + S(m - 1)) (S near 0: a
+memory-bound GPU or laptop), `--target-scale X` makes every target decode X times dearer against the same draft (this
+machine's F16 target has slow, memory-bound spells: 96 ms a step with T(5) = 1.5 T(1), against 70 ms and 2.1). Times are virtual seconds: every figure is exact for the costs given, and only for them.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from edgespec import autotune, benchmark, report  # noqa: E402
+from pairs import add_model_args, pair_of  # noqa: E402
+from edgespec.replay import Clock, Recording, record, retime, virtual_time  # noqa: E402
+
+
+def _progress(done: int, total: int, line: str) -> None:
+    print(f"[{done}/{total}] {line}", file=sys.stderr)
+
+
+def do_record(args) -> None:
+    target, draft = pair_of(args)
+    items = benchmark.read_jsonl(args.workload) if args.workload else benchmark.builtin()
+    items = benchmark.select(items, args.category or None, args.limit)
+    print(f"recording {Path(target).name} + {Path(draft).name}: {len(items)} prompts, up to {args.max_tokens} "
+          f"tokens (decode costs first: keep the machine otherwise idle)", file=sys.stderr)
+    data = record(str(target), str(draft), items, args.max_tokens, args.threads, progress=_progress)
+    data["provenance"] = report.provenance(" ".join(["bench/replay.py", *sys.argv[1:]]))
+    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.output).write_text(json.dumps(data, separators=(",", ":")))
+    print(f"wrote {args.output}", file=sys.stderr)
+
+
+def do_costs(args) -> None:
+    target, draft = pair_of(args)
+    rec = Recording.load(args.recording)
+    print(f"timing {Path(target).name} and {Path(draft).name} (keep the machine otherwise idle)", file=sys.stderr)
+    data = retime(rec.data, str(target), str(draft), args.threads)
+    data["provenance"] = {**(data.get("provenance") or {}),
+                          "costs": report.provenance(" ".join(["bench/replay.py", *sys.argv[1:]]))}
+    Path(args.recording).write_text(json.dumps(data, separators=(",", ":")))
+    print(f"wrote {args.recording}", file=sys.stderr)
+
+
+def _recording(args) -> Recording:
+    rec = Recording.load(args.recording)
+    if args.costs_from:
+        rec.data = {**rec.data, "costs": Recording.load(args.costs_from).data["costs"]}
+    return rec
+
+
+def do_trace(args) -> None:
+    from trace import trace
+
+    rec = _recording(args)
+    items = benchmark.select(rec.items(), args.category or None, args.limit, args.skip)
+    clock = Clock(args.noise, args.seed)
+    target, draft = rec.curves(args.latency_ms, args.verify_slope, args.target_scale)
+    with virtual_time(clock):
+        if args.tune:
+            engine = rec.engine(clock, target, draft, draft_max=args.draft_max)
+            autotune.tune(engine, args.tune_seconds, 48, True, None)
+            engine.close(remember=False)
+        engine = rec.engine(clock, target, draft, draft_max=args.draft_max)
+        strategies = benchmark.Strategies(engine)
+        modes = [m for m in args.modes.split(",") if m]
+        if args.tune:
+            engine.use_profile([strategies.proposer(m) for m in modes if ":" not in m and m != "plain"], curve=False)
+        engine.calibrate(range(1, 17))
+        trace(engine, strategies, items, modes, args.max_tokens)
+        engine.close(remember=False)
+
+
+def do_run(args) -> dict:
+    rec = _recording(args)
+    if args.max_tokens > rec.max_tokens:
+        sys.exit(f"replay.py: the recording holds {rec.max_tokens} tokens per text; use -n {rec.max_tokens} or less")
+    items = benchmark.select(rec.items(), args.category or None, args.limit, args.skip)
+    modes = benchmark.parse_modes(args.modes, True)
+    if any("@" in m for m in modes):
+        sys.exit("replay.py: a replay verifies chains only (no @W modes)")
+    clock = Clock(args.noise, args.seed)
+    target, draft = rec.curves(args.latency_ms, args.verify_slope, args.target_scale)
+    with virtual_time(clock):
+        engine = rec.engine(clock, target, draft, draft_max=args.draft_max)
+        tuned = autotune.tune(engine, args.tune_seconds, 48, True, None) if args.tune else None
+        engine.close(remember=False)
+        engine = rec.engine(clock, target, draft, draft_max=args.draft_max)  # a new process, the profile on disk
+
+        def diverged(item, tokens, plain, other, mode):
+            return f"{mode} on a {item.category} prompt: differs from plain (a replay never should)"
+
+        rep = benchmark.run(engine, modes, items, args.max_tokens, args.repeats, _progress if args.verbose else None,
+                            diverged, fresh=args.fresh)
+        engine.close(remember=False)
+    rows = rep.rows()
+    costs = f"{'costs of ' + Path(args.costs_from).name if args.costs_from else 'recorded costs'}" + \
+        (f" + noise {args.noise:g}" if args.noise else "") + \
+        (f" + {args.latency_ms:g} ms a target decode" if args.latency_ms else "") + \
+        (f", verify curve slope {args.verify_slope:g}" if args.verify_slope is not None else "") + \
+        (f", the target {args.target_scale:g}x slower" if args.target_scale != 1.0 else "")
+    print(f"\nreplay of {rec.data['target']} + {rec.data['draft']} ({costs}), {args.max_tokens} tokens x "
+          f"{len(items)} prompts x {args.repeats}" + (", fresh" if args.fresh else "")
+          + (f", after tune ({tuned.decision or tuned.choice})" if tuned else ""))
+    print(report.tables(rep, rows))
+    for note in rep.divergences:
+        print(note)
+    settings = {**{k: v for k, v in vars(args).items() if k != "func"}, "modes": modes, "prompts": len(items)}
+    out = {**report.provenance(" ".join(["bench/replay.py", *sys.argv[1:]])), "settings": settings,
+           "recording": rec.data.get("provenance"), "rows": rows, "divergences": rep.divergences}
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1))
+        print(f"wrote {args.json}", file=sys.stderr)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(required=True)
+    r = sub.add_parser("record", help="record a pair's texts, predictions and decode costs")
+    add_model_args(r)
+    r.add_argument("--workload", help="a JSONL workload (default: the built-in set)")
+    r.add_argument("--category", action="append")
+    r.add_argument("--limit", type=int)
+    r.add_argument("--max-tokens", "-n", type=int, default=128)
+    r.add_argument("--output", "-o", required=True)
+    r.set_defaults(func=do_record)
+    c = sub.add_parser("costs", help="time a recording's decode costs again (another day, other threads)")
+    c.add_argument("recording")
+    add_model_args(c)
+    c.set_defaults(func=do_costs)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("recording")
+    common.add_argument("--category", action="append")
+    common.add_argument("--limit", type=int)
+    common.add_argument("--skip", type=int, default=0)
+    common.add_argument("--max-tokens", "-n", type=int, default=64)
+    common.add_argument("--draft-max", "-k", type=int, default=8)
+    common.add_argument("--tune", action="store_true", help="run edgespec tune's measurement first (its profile)")
+    common.add_argument("--tune-seconds", type=float, default=90.0)
+    common.add_argument("--noise", type=float, default=0.0)
+    common.add_argument("--seed", type=int, default=0)
+    common.add_argument("--latency-ms", type=float, default=0.0)
+    common.add_argument("--verify-slope", type=float)
+    common.add_argument("--target-scale", type=float, default=1.0)
+    common.add_argument("--costs-from", metavar="RECORDING", help="the decode costs of another recording (its day, "
+                        "its machine) for this one's texts")
+    p = sub.add_parser("run", help="replay edgespec bench (and tune) on a recording", parents=[common])
+    p.add_argument("--modes", default="plain,draft:4,draft,lookup,hybrid")
+    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--fresh", action="store_true")
+    p.add_argument("--json")
+    p.add_argument("--verbose", action="store_true", help="a line per prompt")
+    p.set_defaults(func=do_run)
+    t = sub.add_parser("trace", help="round by round, as bench/trace.py, on a recording", parents=[common])
+    t.add_argument("--modes", default="plain,draft,lookup,hybrid")
+    t.set_defaults(func=do_trace)
+    args = ap.parse_args()
+    t0 = time.time()
+    args.func(args)
+    print(f"({time.time() - t0:.0f} s)", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

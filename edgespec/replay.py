@@ -1,0 +1,438 @@
+"""The engine's drafting policies replayed on recorded texts under a cost model, on a virtual clock.
+
+A benchmark on a busy or drifting machine moves by +-10% per category from run to run, so a change to the drafting
+policies cannot be told apart from noise prompt by prompt. Greedy speculation depends on the models only through
+what each predicts at each position of the text, and on the machine only through what each decode costs; both can
+be recorded once (record()):
+
+- for each prompt, the target's greedy text (its plain decoding, to the end-of-generation token or max_tokens) and
+  the draft model's prediction at each position of it, each from a one-token decode at the end of its cache, as
+  drafting computes them. Where the draft's earlier tokens matched the text its context is the text, so its next
+  token is that prediction; where one did not, the target rejects the draft there and what follows is never used;
+- the seconds of a target decode and of a draft decode of m tokens on this machine (medians of a few timings).
+
+A replay (Replay) runs the real engine, proposers, policies, `edgespec bench` and `edgespec tune` over contexts that
+answer from the recording and advance a virtual clock by what each decode costs (time.perf_counter reads that clock
+while the replay runs; Python's own time is left out). The same policies on the same recording take the same time
+every run, so a change's effect is exact under the recorded costs, on every prompt recorded, and the costs can be
+changed at will: noise on each decode, a network's latency on each target decode, a flatter verify curve (a GPU).
+What it cannot show is the machine itself: recorded costs are one day's, and a real run times what it runs.
+
+Greedy chains only: sampling needs the models' distributions, a tree the draft's second choices.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+
+from .backend import Context, Model, common_prefix
+from .benchmark import Item
+from .engine import DEFAULT_CTX, DEFAULT_DRAFT_MAX, Engine
+from .errors import ContextOverflowError, EdgespecError, InvalidArgument
+from .pairing import VocabInfo, check_pair
+from .proposers import DraftModelProposer, HybridProposer, PromptLookupProposer
+
+FORMAT = "edgespec-replay"
+VERSION = 1
+TIMED_SIZES = (*range(1, 18), 24, 32, 48, 64, 128, 256, 512)  # decode sizes timed for the cost curves
+VERIFY_ROWS = 17  # ... and up to this many, with every row's logits (a verify of up to 16 drafts)
+
+
+# the costs ------------------------------------------------------------------------------------------------
+def _line(table: dict[int, float], m: int) -> float:
+    """table[m] as timed, linear between timed sizes and along the last two past them."""
+    if m in table:
+        return table[m]
+    known = sorted(table)
+    if m < known[0] or len(known) == 1:
+        return table[known[0]]
+    lo = max([k for k in known if k < m], default=known[-2])
+    hi = min([k for k in known if k > m], default=known[-1])
+    if hi == lo:
+        lo = known[-2]
+    return max(0.0, table[lo] + (table[hi] - table[lo]) * (m - lo) / (hi - lo))
+
+
+@dataclass
+class Curve:
+    """Seconds for a decode of m tokens asking for r rows of logits: timed with one row (a prompt, a plain step,
+    a draft's step) and with every row (a verify), linear in the rows between the two; plus latency_s on every
+    decode (a network's round trip)."""
+
+    one_row: dict[int, float]
+    all_rows: dict[int, float]
+    latency_s: float = 0.0
+
+    def __call__(self, m: int, rows: int = 1) -> float:
+        t = _line(self.one_row, m)
+        if rows > 1 and m > 1:
+            t += max(0.0, _line(self.all_rows, m) - t) * (min(rows, m) - 1) / (m - 1)
+        return t + self.latency_s
+
+    @classmethod
+    def of(cls, timed: dict, latency_s: float = 0.0) -> "Curve":
+        return cls({int(m): s for m, s in timed["one_row"].items()},
+                   {int(m): s for m, s in timed["all_rows"].items()}, latency_s)
+
+    def scaled(self, factor: float) -> "Curve":
+        return Curve({m: t * factor for m, t in self.one_row.items()},
+                     {m: t * factor for m, t in self.all_rows.items()}, self.latency_s)
+
+    def flattened(self, slope: float, rows: int = 17) -> "Curve":
+        """The curve with a verify of m <= `rows` costing T(1) x (1 + slope x (m - 1)) (a memory-bound GPU or laptop:
+        slope near 0), a decode without those rows no more; as timed past them."""
+        one = self.one_row[min(self.one_row)]
+        flat = {m: one * (1 + slope * (m - 1)) for m in range(1, rows + 1)}
+        return Curve({**{m: t for m, t in self.one_row.items() if m > rows},
+                      **{m: min(_line(self.one_row, m), t) for m, t in flat.items()}}, flat, self.latency_s)
+
+
+class Clock:
+    """Virtual seconds: advanced only by the decodes a replay charges, each times exp(N(0, noise)) / its mean (a
+    seeded lognormal, so a noisy replay is as repeatable as a quiet one)."""
+
+    def __init__(self, noise: float = 0.0, seed: int = 0) -> None:
+        self.t = 0.0
+        self.noise = noise
+        self._rng = np.random.default_rng(seed)
+
+    def now(self) -> float:
+        return self.t
+
+    def spend(self, seconds: float) -> float:
+        if self.noise > 0:
+            seconds *= math.exp(self.noise * self._rng.standard_normal() - self.noise ** 2 / 2)
+        self.t += seconds
+        return seconds
+
+
+# what the models predict ----------------------------------------------------------------------------------
+class Oracle:
+    """A model's prediction after each prefix of the recorded texts: predictions[i][p] is its next token after
+    texts[i][:p + 1], where recorded; elsewhere (a text nobody recorded, a position past the recording) a fixed
+    ordinary token."""
+
+    def __init__(self, texts: Sequence[list[int]], predictions: Sequence[dict[int, int]], default: int) -> None:
+        self.texts, self.predictions, self.default = list(texts), list(predictions), default
+        self._last = 0
+
+    def text_of(self, held: list[int]) -> int | None:
+        """The recorded text sharing the longest prefix with `held` (the one just used, where it holds all of it)."""
+        if self.texts and common_prefix(self.texts[self._last], held) == len(held):
+            return self._last
+        best, best_n = None, 0
+        for i, t in enumerate(self.texts):
+            n = common_prefix(t, held)
+            if n > best_n:
+                best, best_n = i, n
+        if best is not None:
+            self._last = best
+        return best
+
+    def next(self, text: int | None, position: int) -> int:
+        return self.default if text is None else self.predictions[text].get(position, self.default)
+
+
+class ReplayContext:
+    """A Context (backend/contexts.py) that answers from an Oracle: it holds tokens as a cache would, every decode
+    costs what its Curve says on the Clock, and each row asked for is a one-hot row on the recorded prediction."""
+
+    branches = 1
+
+    def __init__(self, model, oracle: Oracle, curve: Curve, clock: Clock, n_ctx: int = DEFAULT_CTX,
+                 n_threads: int = 2) -> None:
+        self.model, self.oracle, self.curve, self.clock = model, oracle, curve, clock
+        self.n_ctx, self.n_threads = n_ctx, n_threads
+        self.tokens: list[int] = []
+        self.llama_s = 0.0
+
+    @property
+    def room(self) -> int:
+        return self.n_ctx - len(self.tokens)
+
+    def decode(self, tokens: Sequence[int], logit_rows: Sequence[int] = ()) -> np.ndarray:
+        if len(tokens) > self.room:
+            raise ContextOverflowError(f"{len(self.tokens) + len(tokens)} tokens do not fit in the "
+                                       f"{self.n_ctx}-token context")
+        base = len(self.tokens)
+        self.tokens.extend(tokens)
+        self.llama_s += self.clock.spend(self.curve(len(tokens), len(logit_rows))) if tokens else 0.0
+        out = np.zeros((len(logit_rows), self.model.n_vocab), dtype=np.float32)
+        if len(logit_rows):
+            text = self.oracle.text_of(self.tokens)
+            for i, r in enumerate(logit_rows):
+                out[i, self.oracle.next(text, base + r)] = 1.0
+        return out
+
+    def truncate(self, n: int) -> None:
+        del self.tokens[n:]
+
+    def clear(self) -> None:
+        self.tokens.clear()
+
+    def sync(self, seq: Sequence[int]) -> int:
+        keep = self.common_prefix(seq)
+        self.truncate(keep)
+        self.decode(seq[keep:])
+        return len(seq) - keep
+
+    def common_prefix(self, seq: Sequence[int]) -> int:
+        return common_prefix(self.tokens, seq)
+
+    def decode_tree(self, *args, **kwargs):
+        raise EdgespecError("a replay verifies chains only (its recording has no second choices)")
+
+    fork = decode_rows = end_fork = keep_path = decode_tree
+
+    def close(self) -> None:
+        pass
+
+
+class RecordedVocab:
+    """What the engine asks of a model's vocabulary, from a recording; its path is the recording's file, so a
+    profile made in a replay is keyed by the recording."""
+
+    def __init__(self, path: str, n_vocab: int, eog: Sequence[int], bos: int) -> None:
+        self.path, self.n_vocab, self.bos = path, n_vocab, bos
+        self.eog_ids = sorted(eog)
+        self._eog = set(eog)
+        self.n_gpu_layers, self.rpc, self.tensor_split, self.is_recurrent = 0, [], [], False
+
+    def is_eog(self, token: int) -> bool:
+        return token in self._eog
+
+    def check_tokens(self, tokens: Sequence[int]) -> None:
+        for t in tokens:
+            if not isinstance(t, (int, np.integer)) or not 0 <= t < self.n_vocab:
+                raise InvalidArgument(f"token id {t!r} is not in this model's vocabulary (0..{self.n_vocab - 1})")
+
+    def piece(self, token: int) -> bytes:
+        return b""  # a replay times tokens; their text is the recording's
+
+    def close(self) -> None:
+        pass
+
+
+def _messages_key(messages: Sequence) -> tuple:
+    return tuple((m["role"], m["content"]) if isinstance(m, dict) else (m[0], m[1]) for m in messages)
+
+
+def item_messages(item: Item) -> list[tuple[str, str]]:
+    """The chat an item of a workload stands for, as Item.tokens() renders it."""
+    if item.messages is not None:
+        return [(dict(m)["role"], dict(m)["content"]) for m in item.messages]
+    return [("user", item.prompt)]
+
+
+class ReplayEngine(Engine):
+    """An Engine over ReplayContexts: prompts are tokenized as the recording has them."""
+
+    def __init__(self, prompts: dict[tuple, list[int]], filler: int, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._prompts, self._filler = prompts, filler
+
+    def tokenize_chat(self, messages: Sequence, template: str | None = None,
+                      tools: Sequence[dict] | None = None) -> list[int]:
+        key = _messages_key(messages)
+        if key not in self._prompts:
+            raise InvalidArgument("this prompt is not in the recording; record it first (bench/replay.py record)")
+        return list(self._prompts[key])
+
+    def tokenize(self, prompt: str, *, chat_format: bool = False, system: str | None = None) -> list[int]:
+        if chat_format:
+            return self.tokenize_chat(([("system", system)] if system else []) + [("user", prompt)])
+        return [self._filler] * max(1, len(prompt) // 4)  # a warm-up's text: any ordinary tokens
+
+
+# a recording ----------------------------------------------------------------------------------------------
+@dataclass
+class Recording:
+    data: dict
+    path: str
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Recording":
+        import json
+
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as e:
+            raise InvalidArgument(f"cannot read the recording {path}: {e}") from None
+        if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("version") != VERSION:
+            raise InvalidArgument(f"{path} is not an edgespec replay recording (version {VERSION})")
+        return cls(data, os.path.realpath(path))
+
+    @property
+    def max_tokens(self) -> int:
+        return self.data["max_tokens"]
+
+    def items(self) -> list[Item]:
+        return [Item(t["category"], messages=tuple(tuple(sorted({"role": r, "content": c}.items()))
+                                                   for r, c in t["messages"])) for t in self.data["texts"]]
+
+    def curves(self, latency_ms: float = 0.0, verify_slope: float | None = None, target_scale: float = 1.0
+               ) -> tuple[Curve, Curve]:
+        """The recorded costs: the target's times target_scale (a slower machine state against the same draft),
+        with latency_ms on each of its decodes, and its verify curve flattened to verify_slope (Curve.flattened)."""
+        costs = self.data["costs"]
+        target = Curve.of(costs["target"], latency_ms / 1000).scaled(target_scale)
+        if verify_slope is not None:
+            target = target.flattened(verify_slope)
+        return target, Curve.of(costs["draft"])
+
+    def engine(self, clock: Clock, target: Curve, draft: Curve, lookup: bool = True,
+               draft_max: int = DEFAULT_DRAFT_MAX, n_ctx: int = DEFAULT_CTX) -> ReplayEngine:
+        """An engine with the recorded target and draft (and prompt lookup: the hybrid), as Engine.load builds one."""
+        texts = [t["tokens"] for t in self.data["texts"]]
+        starts = [t["n_prompt"] for t in self.data["texts"]]
+        vocab = self.data["vocab"]
+        target_says = [{p: text[p + 1] for p in range(start - 1, len(text) - 1)} for text, start in zip(texts, starts)]
+        draft_says = [{start - 1 + i: tok for i, tok in enumerate(t["draft"])} for t, start in
+                      zip(self.data["texts"], starts)]
+        models = [RecordedVocab(self.path, vocab["n_vocab"], vocab["eog"], vocab["bos"]) for _ in range(2)]
+        filler = vocab["filler"]
+        threads = self.data.get("threads", 2)
+        tctx = ReplayContext(models[0], Oracle(texts, target_says, filler), target, clock, n_ctx, threads)
+        dctx = ReplayContext(models[1], Oracle(texts, draft_says, filler), draft, clock, n_ctx, threads)
+        proposer = DraftModelProposer(dctx, vocab["n_vocab"])
+        if lookup:
+            proposer = HybridProposer(proposer)
+        prompts = {_messages_key(t["messages"]): t["tokens"][:t["n_prompt"]] for t in self.data["texts"]}
+        return ReplayEngine(prompts, filler, tctx, proposer, draft_max)
+
+
+@contextlib.contextmanager
+def virtual_time(clock: Clock) -> Iterator[None]:
+    """While a replay runs: time.perf_counter reads the virtual clock (everything the engine and the benchmark time,
+    they time on it), and profiles go to a directory of the replay's own, so nothing it learns reaches the user's.
+    One replay at a time, in one thread."""
+    real, saved = time.perf_counter, os.environ.get("EDGESPEC_PROFILES")
+    with tempfile.TemporaryDirectory(prefix="edgespec-replay-") as profiles:
+        os.environ["EDGESPEC_PROFILES"] = profiles
+        time.perf_counter = clock.now
+        try:
+            yield
+        finally:
+            time.perf_counter = real
+            if saved is None:
+                os.environ.pop("EDGESPEC_PROFILES", None)
+            else:
+                os.environ["EDGESPEC_PROFILES"] = saved
+
+
+# recording ------------------------------------------------------------------------------------------------
+def greedy_text(ctx: Context, prompt: list[int], max_tokens: int) -> list[int]:
+    """The prompt and the target's plain greedy continuation, as the engine's plain rounds decode it (the prompt
+    but its last token in one batch, then a token a decode): up to max_tokens, or through an end-of-generation
+    token."""
+    ctx.clear()
+    ctx.decode(prompt[:-1])
+    logits = ctx.decode(prompt[-1:], [0])[0]
+    text = list(prompt)
+    while len(text) - len(prompt) < max_tokens:
+        tok = int(np.argmax(logits))
+        text.append(tok)
+        if ctx.model.is_eog(tok) or len(text) - len(prompt) == max_tokens:
+            break
+        logits = ctx.decode([tok], [0])[0]
+    return text
+
+
+def predictions(ctx: Context, text: list[int], n_prompt: int) -> list[int]:
+    """The draft's greedy next token after text[:p + 1] for p from n_prompt - 1 to len(text) - 2, each from a
+    one-token decode at the end of its cache, as drafting computes its rows."""
+    ctx.clear()
+    ctx.decode(text[:n_prompt - 1])
+    return [int(np.argmax(ctx.decode([tok], [0])[0])) for tok in text[n_prompt - 1:-1]]
+
+
+def time_decodes(ctx: Context, context: list[int], sizes: Sequence[int] = TIMED_SIZES, repeats: int = 5
+                 ) -> dict[str, dict[int, float]]:
+    """Median seconds of a decode of m tokens at the end of `context`, asking for the last row's logits ("one_row")
+    and, up to VERIFY_ROWS tokens, for every row's ("all_rows"); sizes and kinds interleaved."""
+    ctx.clear()
+    ctx.decode(context)
+    held = len(ctx.tokens)
+    sizes = [m for m in sizes if m <= ctx.room]
+    filler = context[-1:]
+    ctx.decode(filler, [0])  # the first call of a shape allocates
+    ctx.truncate(held)
+    shapes = [(m, kind) for m in sizes for kind in ("one_row", "all_rows") if kind == "one_row" or 1 < m <= VERIFY_ROWS]
+    seconds: dict[tuple[int, str], list[float]] = {s: [] for s in shapes}
+    for _ in range(repeats):
+        ctx.decode(filler, [0])  # after the largest decode the first small one is slower: not a decode's cost
+        ctx.truncate(held)
+        for m, kind in shapes:
+            t0 = time.perf_counter()
+            ctx.decode(filler * m, [m - 1] if kind == "one_row" else range(m))
+            seconds[(m, kind)].append(time.perf_counter() - t0)
+            ctx.truncate(held)
+    out: dict[str, dict[int, float]] = {"one_row": {}, "all_rows": {}}
+    for (m, kind), ts in seconds.items():
+        out[kind][m] = statistics.median(ts)
+    out["all_rows"][1] = out["one_row"][1]  # the same decode
+    return out
+
+
+def record(target_path: str, draft_path: str, items: Sequence[Item], max_tokens: int, n_threads: int | None = None,
+           n_ctx: int = DEFAULT_CTX, progress: Callable[[int, int, str], None] | None = None,
+           repeats: int = 5) -> dict:
+    """Record what a replay needs of a pair on these items (see the module's docstring). Timed first, so run it
+    alone on the machine for the costs to be this machine's."""
+    tm, dm = Model(target_path), Model(draft_path)
+    check_pair(VocabInfo.of(tm), VocabInfo.of(dm))
+    tctx, dctx = Context(tm, n_ctx, n_threads), Context(dm, n_ctx, n_threads)
+    engine = Engine(tctx)  # for the chat template
+    prompts = [it.tokens(engine) for it in items]
+    fits = [len(p) + max_tokens <= n_ctx for p in prompts]
+    costs = {"target": time_decodes(tctx, _context(prompts), repeats=repeats),
+             "draft": time_decodes(dctx, _context(prompts), repeats=repeats)}
+    texts = []
+    for i, (it, prompt, ok) in enumerate(zip(items, prompts, fits)):
+        if not ok:
+            continue
+        text = greedy_text(tctx, prompt, max_tokens)
+        texts.append({"category": it.category, "messages": item_messages(it), "n_prompt": len(prompt),
+                      "tokens": text, "draft": predictions(dctx, text, len(prompt))})
+        if progress is not None:
+            progress(i + 1, len(items), f"{it.category}: {len(text) - len(prompt)} tokens")
+    filler = next(t for t in range(100, tm.n_vocab) if not tm.is_eog(t))
+    vocab = {"n_vocab": tm.n_vocab, "eog": tm.eog_ids, "bos": tm.bos, "filler": filler}
+    out = {"format": FORMAT, "version": VERSION, "target": os.path.basename(target_path),
+           "draft": os.path.basename(draft_path), "max_tokens": max_tokens, "threads": tctx.n_threads,
+           "costs": costs, "vocab": vocab, "texts": texts}
+    for c in (tctx, dctx):
+        c.close()
+    for m in (tm, dm):
+        m.close()
+    return out
+
+
+def _context(prompts: Sequence[list[int]], n: int = 256) -> list[int]:
+    """What the costs are timed after: the first n tokens of the longest prompt (a decode's cost grows a little with
+    what the cache holds)."""
+    longest = max(prompts, key=len)
+    return longest[:n]
+
+
+def retime(data: dict, target_path: str, draft_path: str, n_threads: int | None = None, repeats: int = 5) -> dict:
+    """A recording's decode costs timed again on this machine (its texts kept): the costs of another day, other
+    threads. Alone on the machine."""
+    tm, dm = Model(target_path), Model(draft_path)
+    context = _context([t["tokens"][:t["n_prompt"]] for t in data["texts"]])
+    costs = {}
+    for name, model in (("target", tm), ("draft", dm)):
+        ctx = Context(model, DEFAULT_CTX, n_threads)
+        costs[name] = time_decodes(ctx, context, repeats=repeats)
+        ctx.close()
+        model.close()
+    return {**data, "costs": costs}

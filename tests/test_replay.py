@@ -1,0 +1,120 @@
+"""The replay (edgespec/replay.py): recorded texts and costs standing in for the models and the machine. What it must
+get right: the engine over it emits the recorded text in every mode, proposes and accepts exactly what the real
+models would, charges each decode what the curve says and nothing else, is repeatable, and leaves nothing behind
+(the clock, the user's profiles)."""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+from edgespec import autotune, benchmark
+from edgespec.backend import Context, Model
+from edgespec.engine import Engine
+from edgespec.errors import InvalidArgument
+from edgespec.proposers import DraftModelProposer
+from edgespec.replay import Clock, Curve, Recording, record, virtual_time
+
+N = 24
+
+
+@pytest.fixture(scope="module")
+def recording(tiny_pair, tmp_path_factory):
+    items = benchmark.select(benchmark.builtin(), limit=1)  # one per category: what tune measures on
+    data = record(str(tiny_pair[0]), str(tiny_pair[1]), items, N, n_threads=2, repeats=2)
+    path = tmp_path_factory.mktemp("replay") / "tiny.json"
+    path.write_text(json.dumps(data))
+    return Recording.load(path)
+
+
+def _replay(rec, mode, noise=0.0, **engine_kwargs):
+    clock = Clock(noise, seed=1)
+    target, draft = rec.curves()
+    with virtual_time(clock):
+        engine = rec.engine(clock, target, draft, **engine_kwargs)
+        strategies = benchmark.Strategies(engine)
+        out = [strategies.generate(mode, it.tokens(engine), N)[0] for it in rec.items()]
+        engine.close(remember=False)
+    return out
+
+
+def test_every_mode_emits_the_recorded_text(recording):
+    texts = [t["tokens"][t["n_prompt"]:] for t in recording.data["texts"]]
+    for mode in ("plain", "draft:3", "draft", "lookup", "hybrid"):
+        for result, text in zip(_replay(recording, mode), texts):
+            ended = bool(text) and text[-1] in recording.data["vocab"]["eog"]
+            assert result.tokens == (text[:-1] if ended else text), mode
+
+
+def test_it_drafts_and_accepts_what_the_real_models_do(tiny_pair, recording):
+    """A fixed K on the real tiny pair and on the replay: the same tokens drafted and accepted, round by round."""
+    target, draft = Model(tiny_pair[0]), Model(tiny_pair[1])
+    engine = Engine(Context(target, 2048, 2), DraftModelProposer(Context(draft, 2048, 2), target.n_vocab), 4)
+    real = [engine.generate(it.tokens(engine), max_tokens=N, draft_max=4, adaptive=False)
+            for it in recording.items()]
+    engine.close(remember=False)
+    replayed = _replay(recording, "draft:4")
+    rounds = lambda r: [(x.n_drafted, x.n_accepted) for x in r.stats.rounds]  # noqa: E731
+    assert [rounds(r) for r in replayed] == [rounds(r) for r in real]
+    assert sum(x.n_accepted for r in real for x in r.stats.rounds) > 0
+
+
+def test_each_decode_costs_what_the_curve_says(recording):
+    target, draft = recording.curves()
+    for r in _replay(recording, "plain"):
+        assert all(x.seconds == pytest.approx(target(1, 1), rel=1e-9) for x in r.stats.rounds)
+    for r in _replay(recording, "draft:4"):
+        for x in r.stats.rounds[1:]:  # a round of K drafts: a verify of K + 1 rows and the draft's decodes
+            verify = target(x.n_drafted + 1, x.n_drafted + 1)
+            assert x.seconds >= verify
+            assert x.seconds <= verify + draft(64, 1) + x.n_drafted * draft(1, 1) + 1e-9
+
+
+def test_the_curve():
+    c = Curve({1: 1.0, 2: 1.5, 4: 2.0, 64: 10.0}, {1: 1.0, 2: 2.0, 4: 3.0}, latency_s=0.5)
+    assert c(1) == 1.5 and c(2, 2) == 2.5 and c(3, 1) == pytest.approx(1.75 + 0.5)
+    assert c(4, 4) == 3.5 and c(4, 2) == pytest.approx(2.0 + 1.0 / 3 + 0.5)
+    assert c(128) == pytest.approx(10.0 + 64 * 8 / 60 + 0.5)  # along the last two timed sizes
+    flat = c.flattened(0.0)
+    assert flat(5, 5) == flat(1) == 1.5 and flat(64) == 10.5
+
+
+def test_a_replay_is_repeatable_and_noise_is_seeded(recording):
+    def times(noise):
+        return [x.seconds for r in _replay(recording, "hybrid", noise) for x in r.stats.rounds]
+
+    assert times(0.0) == times(0.0)
+    assert times(0.2) == times(0.2) != times(0.0)
+
+
+def test_it_leaves_the_clock_and_the_users_profiles_alone(recording, tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGESPEC_PROFILES", str(tmp_path))
+    clock = Clock()
+    target, draft = recording.curves()
+    real = time.perf_counter
+    with virtual_time(clock):
+        assert time.perf_counter() == 0.0
+        engine = recording.engine(clock, target, draft)
+        tuned = autotune.tune(engine, 5.0, 16, True, None)  # edgespec tune over the replay writes a profile ...
+        engine.close(remember=False)
+        assert tuned.path is not None and tuned.path.exists() and str(tmp_path) not in str(tuned.path)
+        assert clock.now() > 0
+    assert time.perf_counter is real and os.environ["EDGESPEC_PROFILES"] == str(tmp_path)
+    assert list(tmp_path.iterdir()) == []  # ... in the replay's own folder, gone with it
+
+
+def test_what_is_not_a_recording_is_refused(tmp_path, recording):
+    bad = tmp_path / "x.json"
+    bad.write_text(json.dumps({"format": "something else"}))
+    with pytest.raises(InvalidArgument, match="not an edgespec replay recording"):
+        Recording.load(bad)
+    with pytest.raises(InvalidArgument, match="cannot read"):
+        Recording.load(tmp_path / "missing.json")
+    clock = Clock()
+    with virtual_time(clock):
+        engine = recording.engine(clock, *recording.curves())
+        with pytest.raises(InvalidArgument, match="not in the recording"):
+            engine.tokenize("a prompt nobody recorded", chat_format=True)
+        engine.close(remember=False)
