@@ -37,7 +37,7 @@ class Link:
     n: int = 0  # how many it proposed this round
     key: object = None
     seconds: float = 0.0
-    offered: list[int] | None = None  # all it proposed, where the round kept fewer (the planner stood it aside)
+    offered: list[int] | None = None  # a free part: all it proposed this round, kept or not (it learns from all)
     tree: Tree | None = None  # what it proposed, where that was a tree
     alternatives: list | None = None  # a draft model's second choice at each of its n positions (and its q)
     branch: tuple | None = None  # a draft model's branch after one of them (Proposal.branch)
@@ -49,7 +49,7 @@ class Chain:
         self.k_max, self.adaptive = k_max, adaptive
         self.tree_width = tree_width
         self._used: list[Link] = []
-        self._aside: Link | None = None  # a part whose offer the round cut: it learns from the verified tokens
+        self._offers: list[Link] = []  # free parts that proposed this round: they learn from the verified tokens
         self._leaves: tuple[Link, int, set[int]] | None = None  # second choices verified as leaves: whose, the
         # chain's length, and the positions they stand at
         self._t0 = 0.0  # when the round's proposal began
@@ -86,11 +86,11 @@ class Chain:
         was. cap: the most tokens deep (max_tokens, the context); rows: the most tokens in all, a tree's included
         (the context's room; default cap)."""
         rows = cap if rows is None else rows
-        self._used, self._aside, self._leaves, self._expected = [], None, None, None
+        self._used, self._offers, self._leaves, self._expected = [], [], None, None
         self._t0 = time.perf_counter()
         reading = 0.0  # what the parts that draft are expected to spend reading text they missed
         for link in self.links:
-            link.tree = link.alternatives = link.branch = None
+            link.tree = link.alternatives = link.branch = link.offered = None
         if cap <= 0:
             return EMPTY, "fixed"
         first = None  # a lone free proposer that can offer a tree does, where the output is not constrained
@@ -123,11 +123,12 @@ class Chain:
                 if behind_free and decision.k > 0 and decision.reason not in ("fixed", "free"):
                     # Keep j of the free lead's tokens and draft f after them, whichever split (or this part
                     # alone, or the lead alone) is expected to cost least per token; learning rounds (warm-up,
-                    # probe) draft >= 1. An explore round drafts one more than the plan where the plan drafts at
-                    # all: forced drafting there would pay for what the lead does better (and for catching up
-                    # on its tokens), which on copied text cost more than the hybrid gained.
+                    # probe) draft >= 1 where the lead offers nothing (a probe waits for such a round). An explore
+                    # round drafts one more than the plan where the plan drafts at all: forced drafting beside the
+                    # lead's tokens would pay for what the lead does better (and for catching up on its tokens),
+                    # which on copied text cost more than the hybrid gained.
                     lead = self._used[0]
-                    learning = decision.reason not in ("cost", "explore")
+                    learning = decision.reason in ("warm-up", "probe") and lead.n == 0
                     limit = decision.k if learning else min(cap, policy.k_max if self.k_max is None else self.k_max)
                     read_s = getattr(link.part, "read_s", None) or 0.0  # a model must first read what it missed
                     behind = _behind(link.part, seq) if read_s else 0
@@ -135,8 +136,11 @@ class Chain:
                                        behind=behind, read_s=read_s)
                     if decision.reason == "explore" and k > 0 and j + k < limit:
                         k += 1
+                    if not learning:
+                        why = policy.drafting_planned() if k > 0 else policy.declined() if lead.n == 0 else ""
+                        if why:
+                            stats.fallbacks.append({"round": stats.n_rounds, "why": why})
                     if j < lead.n:
-                        lead.offered, self._aside = tokens[lead.start:lead.start + lead.n], lead
                         del tokens[j:], sources[j:], qs[j:]
                         lead.n = j
                         if pushed > j:
@@ -165,7 +169,10 @@ class Chain:
                 if guide is not None and prop.q is None:
                     n = guide.allowed_prefix(prop.tokens)  # past that the target would reject them for certain
                 link.start, link.key = len(tokens), prop.key
-                link.n = policy.keep(n, prop.key) if decision.reason == "free" else n
+                link.n = n
+                if decision.reason == "free":  # verify what pays; learn from all of it (accepted())
+                    link.offered, link.n = prop.tokens[:n], policy.keep(n, prop.key, recheck_every=0)
+                    self._offers.append(link)
                 self._used.append(link)
                 if prop.alternatives is not None:
                     link.alternatives = prop.alternatives[:link.n]
@@ -266,10 +273,12 @@ class Chain:
 
     def accepted(self, n: int, verified: Sequence[int] | None = None, path: Sequence[int] | None = None) -> None:
         """n tokens of the round's proposal passed: each part that proposed hears its own share. verified: the
-        round's tokens as verification chose them (the n accepted, then the target's own); a part whose offer the
-        round cut learns from them how much of all it offered would have passed, so a proposer set aside for a
-        while still has its acceptance measured (exactly for greedy decoding; for sampling, a close estimate).
-        path: the accepted nodes where the round was a tree."""
+        round's tokens as verification chose them (the n accepted, then the target's own); a free part learns from
+        them how much of all it offered would have passed, kept for verification or not (cut by its own estimate
+        or by the plan), so an estimate that declines a kind of proposal is still corrected by the text (it would
+        never be, otherwise: what is declined is never tested). For a token the round did not verify this is as
+        good as verifying it: the target's token there is drawn from its own distribution, which a proposed token
+        matches with the chance verification would have accepted it. path: the accepted nodes of a tree."""
         if self._expected is not None:  # a chain's round: n + 1 tokens, in the time since the proposal began
             drafters, seconds, tokens = self._expected
             for link in drafters:
@@ -290,15 +299,18 @@ class Chain:
             tested = n >= link.start  # every token before this part's passed
             passed = min(link.n, n - link.start) if tested else 0
             link.part.accepted(passed)
-            if link is not self._aside or verified is None:
+            if link.offered is None or verified is None:
                 link.policy.observe(link.n, passed if tested else None, link.seconds, link.key)
-        aside = self._aside
-        if aside is not None and verified is not None:
-            offered, known = aside.offered, verified[aside.start:]
+        for link in self._offers:
+            if verified is None or n < link.start:  # (an earlier part's token failed: its text never came)
+                if verified is not None:
+                    link.policy.observe(len(link.offered), None, link.seconds, link.key)
+                continue
+            offered, known = link.offered, verified[link.start:]
             m = common_prefix(offered, known)
             d = min(len(offered), len(known))
             # a mismatch at m: positions 0..m tested, m failed; else all that could be compared passed
-            aside.policy.observe(len(offered) if m < d else d, m, aside.seconds, aside.key)
+            link.policy.observe(len(offered) if m < d else d, m, link.seconds, link.key)
 
     def llama_seconds(self) -> float:
         return sum(link.part.llama_seconds() for link in self.links)

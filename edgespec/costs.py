@@ -9,6 +9,7 @@ with the answers (draft how many, fall back, probe) is tuning.py's.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 
 @dataclass
@@ -23,6 +24,10 @@ class CostModel:
     reached: list[float] = field(default_factory=list)  # rounds that put position i to the test
     accepted: list[float] = field(default_factory=list)  # ... and had it accepted
     n_observed: int = 0  # rounds that drafted anything
+    # The same counts over many texts (fading slower, not cut at a new text): what a new text starts from
+    base_decay: float = 0.995
+    base_reached: list[float] = field(default_factory=list)
+    base_accepted: list[float] = field(default_factory=list)
 
     # measurements -----------------------------------------------------------------------------------------
     def observe_verify(self, m: int, seconds: float) -> None:
@@ -43,31 +48,42 @@ class CostModel:
         self.reached = [r * factor for r in self.reached]
         self.accepted = [a * factor for a in self.accepted]
 
+    def restart(self, most: float) -> None:
+        """A new text: what earlier texts showed counts as at most `most` rounds, at the rate seen over many texts
+        (not the last text's alone: one poor text would otherwise make the next one start from it, and an estimate
+        too poor to be tried again is never corrected)."""
+        if not self.base_reached or self.base_reached[0] <= 0:  # (counts set by hand: cut to `most`)
+            if self.reached and self.reached[0] > most:
+                self.forget(most / self.reached[0])
+            return
+        self.reached = [min(most, r) for r in self.base_reached]
+        self.accepted = [w * a / r if r > 0 else 0.0 for w, a, r in zip(self.reached, self.base_accepted,
+                                                                        self.base_reached)]
+
+    def _count(self, tested: int, passed: Callable[[int], bool]) -> None:
+        """Position i < tested was put to the test and passed(i) says whether it passed; both tallies fade first."""
+        for reached, accepted, decay in ((self.reached, self.accepted, self.decay),
+                                         (self.base_reached, self.base_accepted, self.base_decay)):
+            while len(reached) < tested:
+                reached.append(0.0)
+                accepted.append(0.0)
+            for i in range(len(reached)):
+                reached[i] *= decay
+                accepted[i] *= decay
+            for i in range(tested):
+                reached[i] += 1
+                accepted[i] += passed(i)
+
     def observe_tries(self, n_tried: int, passed: bool) -> None:
         """Alternatives tried in turn until one passed (a verification tree's siblings after the first failed):
         position i is the i-th alternative, tested if all before it failed."""
-        self.observe_acceptance(0, 0)  # the decay and the count
-        while len(self.reached) < n_tried:
-            self.reached.append(0.0)
-            self.accepted.append(0.0)
-        for i in range(n_tried):
-            self.reached[i] += 1
-        if passed and n_tried:
-            self.accepted[n_tried - 1] += 1
+        self.n_observed += 1
+        self._count(n_tried, lambda i: passed and i == n_tried - 1)
 
     def observe_acceptance(self, n_drafted: int, n_accepted: int) -> None:
         """Position i (0-based) was tested if i < n_drafted and all before it passed, i.e. i <= n_accepted."""
         self.n_observed += 1
-        tested = min(n_drafted, n_accepted + 1)
-        while len(self.reached) < tested:
-            self.reached.append(0.0)
-            self.accepted.append(0.0)
-        for i in range(len(self.reached)):
-            self.reached[i] *= self.decay
-            self.accepted[i] *= self.decay
-        for i in range(tested):
-            self.reached[i] += 1
-            self.accepted[i] += i < n_accepted
+        self._count(min(n_drafted, n_accepted + 1), lambda i: i < n_accepted)
 
     # estimates --------------------------------------------------------------------------------------------
     def acceptances(self, n: int) -> list[float]:
@@ -184,6 +200,9 @@ def seed_counts(c: CostModel, counts: dict, weight: float) -> bool:
     f = min(1.0, weight / reached[0])
     c.reached = [r * f for r in reached]
     c.accepted = [a * f for a in counts["accepted"]]
+    f = min(1.0, 4 * weight / reached[0])  # the long-run counts: soon outweighed by this process's own texts
+    c.base_reached = [r * f for r in reached]
+    c.base_accepted = [a * f for a in counts["accepted"]]
     return True
 
 

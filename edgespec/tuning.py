@@ -56,25 +56,26 @@ class DraftLength:
         self._probe_next_text = False  # a probe put off to the next text's start (defer_probe)
         self.probe_rounds = 2  # drafted rounds a probe lasts: one round's acceptance is too thin a verdict
         self._probe_left = 0
+        self._tested = 0  # drafted rounds of the current text whose tokens were tested
+        self._after_probe = False  # in a chain: the plan's next verdict is a probe's (declined, drafted)
         self.text_memory = 2.0  # at a new text, what earlier texts showed counts as at most this many rounds
         self.warm_up_rounds = 3
         self.explore_every = explore_every  # every n-th round drafts one more than the best K, to keep learning
         self._rounds = 0
         self.fallbacks = 0
 
-    def new_text(self, forget: float = 0.5) -> None:
-        """A new generation. Acceptance depends on the text: what the last ones showed counts `forget` as much, and
-        as at most text_memory rounds (a probe on code after a session of prose must be able to change the verdict).
-        Costs belong to the machine and carry over, and so does a fallback's backoff. A text begun in a fallback is
+    def new_text(self) -> None:
+        """A new generation. Acceptance depends on the text: what earlier texts showed counts as at most text_memory
+        rounds (a probe on code after a session of prose must be able to change the verdict), at the rate seen over
+        many texts rather than the last one's (CostModel.restart). Costs belong to the machine and carry over, and so does a fallback's backoff. A text begun in a fallback is
         probed at once, while the draft model has just read its prompt (a probe later in the text first catches up
         on everything it skipped), unless no text could make drafting pay (hopeless()): then the wait goes on
         across texts, and the proposer stands aside (standing_aside: it does not even read the prompts); a probe
         put off to a new text (defer_probe) waits too, for a text where drafting could pay (a probe's acceptance
         cannot change a hopeless verdict, and on a short answer the prompt it reads costs more than the text)."""
         for c in (self.cost, *self.by_key.values()):
-            c.forget(forget)
-            if c.reached and c.reached[0] > self.text_memory:  # a long history must not drown the new text
-                c.forget(self.text_memory / c.reached[0])
+            c.restart(self.text_memory)
+        self._tested = 0
         if self._plain_left > 0 and not self.hopeless():
             self._plain_left = 1
             self._probe_next_text = False
@@ -153,11 +154,39 @@ class DraftLength:
             if self._failed_probes:
                 why += f" ({self._failed_probes} in a row did not pay)"
             return Decision(0, "fallback", why)
-        self._failed_probes = 0
+        if planned:  # the plan's verdict on this round is the probe's (declined, drafted)
+            self._after_probe = self._after_probe or probed
+        else:
+            self._failed_probes = 0
         self._rounds += 1
         if self.explore_every and self._rounds % self.explore_every == 0 and k < k_max:
             return Decision(k + 1, "explore")
         return Decision(k, "cost")
+
+    def declined(self) -> str:
+        """In a chain, behind a free part that offered nothing this round, the plan found this part's drafting not
+        worth a plain round: the verdict a policy of its own reaches in decide(), so it is taken as one. Without
+        that, its estimates got no evidence while the plan went on declining on them: a text where the draft model
+        would pay was never tried after texts where it did not. On a text not tested yet this is a probe; otherwise
+        a fallback (plain rounds, the free part's proposals still verified, then a probe), the wait doubling after
+        each probe the plan still declined. Returns why, for the record ("" for a probe)."""
+        if self._plain_left > 0 or self._probe:
+            return ""
+        if not self._tested:
+            self._probe, self._probe_left = "pending", self.probe_rounds
+            return ""
+        self._failed_probes = self._failed_probes + 1 if self._after_probe else 0
+        self._after_probe = False
+        self._plain_left = self._wait(max(self._behind_by(), self.margin))
+        self.fallbacks += 1
+        why = (f"the plan found drafting not worth a plain round (acceptance {self.cost.acceptance(0):.2f} at "
+               f"position 1): plain rounds for {self._plain_left}, then a probe")
+        return why + (f" ({self._failed_probes} in a row did not pay)" if self._failed_probes else "")
+
+    def drafting_planned(self) -> None:
+        """In a chain, the plan chose to draft with this part: drafting pays here, a probe's verdict included."""
+        self._after_probe = False
+        self._failed_probes = 0
 
     def _wait(self, ratio: float) -> int:
         wait = max(4, min(self.fallback_rounds, int(self.fallback_rounds * (ratio - self.margin) / 0.3)))
@@ -225,7 +254,8 @@ class DraftLength:
     def keep(self, n: int, key: object = None, recheck_every: int = 16) -> int:
         """How many of n proposed tokens to verify (a "free" round): the k <= n with the least expected verify time
         per token, k = 0 being a plain step. A kind of proposal judged not worth verifying is still verified one
-        token deep every recheck_every-th time, so its estimate can recover when the text changes."""
+        token deep every recheck_every-th time (0: never; a chain learns from what was declined without verifying
+        it), so its estimate can recover when the text changes."""
         c = self.keyed(key)
         best, best_cost = 0, c.t_verify(1)
         if best_cost is None:
@@ -234,7 +264,7 @@ class DraftLength:
             cost = c.t_verify(k + 1) / expected
             if cost < best_cost:
                 best, best_cost = k, cost
-        if best == 0 and n:
+        if best == 0 and n and recheck_every:
             self._declined[key] = self._declined.get(key, 0) + 1
             if self._declined[key] % recheck_every == 0:
                 return 1
@@ -369,6 +399,7 @@ class DraftLength:
         if n_drafted:
             self.cost.observe_draft(n_drafted, draft_s)
             if n_accepted is not None:
+                self._tested += 1
                 if self._probe == "pending":
                     self._probe_left -= 1
                     if self._probe_left <= 0:
