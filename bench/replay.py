@@ -14,7 +14,9 @@ measurement (on the first prompt of each category, as the real one does) so the 
 the policies' estimates should be robust to it), `--latency-ms L` adds L to every target decode (a target over
 rpc-servers), `--verify-slope S` replaces the target's verify curve by T(1) x (1 + S(m - 1)) (S near 0: a
 memory-bound GPU or laptop), `--target-scale X` makes every target decode X times dearer against the same draft (this
-machine's F16 target has slow, memory-bound spells: 96 ms a step with T(5) = 1.5 T(1), against 70 ms and 2.1). Times are virtual seconds: every figure is exact for the costs given, and only for them.
+machine's F16 target has slow, memory-bound spells: 96 ms a step with T(5) = 1.5 T(1), against 70 ms and 2.1),
+`--costs-from R` takes another recording's costs. Times are virtual seconds: every figure is exact for the costs
+given, and only for them.
 """
 from __future__ import annotations
 
@@ -28,7 +30,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from edgespec import autotune, benchmark, report  # noqa: E402
 from pairs import add_model_args, pair_of  # noqa: E402
-from edgespec.replay import Clock, Recording, record, retime, virtual_time  # noqa: E402
+from edgespec.recording import record, retime  # noqa: E402
+from edgespec.replay import Clock, Recording, virtual_time  # noqa: E402
 
 
 def _progress(done: int, total: int, line: str) -> None:

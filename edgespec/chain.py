@@ -136,8 +136,10 @@ class Chain:
                                        behind=behind, read_s=read_s)
                     if decision.reason == "explore" and k > 0 and j + k < limit:
                         k += 1
-                    if not learning:
-                        why = policy.drafting_planned() if k > 0 else policy.declined() if lead.n == 0 else ""
+                    if not learning and k > 0:
+                        policy.drafting_planned()
+                    elif not learning and lead.n == 0:  # declined where it alone could have drafted: a verdict
+                        why = policy.declined()
                         if why:
                             stats.fallbacks.append({"round": stats.n_rounds, "why": why})
                     if j < lead.n:

@@ -3,7 +3,7 @@
 A benchmark on a busy or drifting machine moves by +-10% per category from run to run, so a change to the drafting
 policies cannot be told apart from noise prompt by prompt. Greedy speculation depends on the models only through
 what each predicts at each position of the text, and on the machine only through what each decode costs; both can
-be recorded once (record()):
+be recorded once (recording.py):
 
 - for each prompt, the target's greedy text (its plain decoding, to the end-of-generation token or max_tokens) and
   the draft model's prediction at each position of it, each from a one-token decode at the end of its cache, as
@@ -25,26 +25,22 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import statistics
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
-from .backend import Context, Model, common_prefix
+from .backend import Context, common_prefix
 from .benchmark import Item
 from .engine import DEFAULT_CTX, DEFAULT_DRAFT_MAX, Engine
 from .errors import ContextOverflowError, EdgespecError, InvalidArgument
-from .pairing import VocabInfo, check_pair
-from .proposers import DraftModelProposer, HybridProposer, PromptLookupProposer
+from .proposers import DraftModelProposer, HybridProposer
 
 FORMAT = "edgespec-replay"
 VERSION = 1
-TIMED_SIZES = (*range(1, 18), 24, 32, 48, 64, 128, 256, 512)  # decode sizes timed for the cost curves
-VERIFY_ROWS = 17  # ... and up to this many, with every row's logits (a verify of up to 16 drafts)
 
 
 # the costs ------------------------------------------------------------------------------------------------
@@ -179,14 +175,7 @@ class ReplayContext:
     def clear(self) -> None:
         self.tokens.clear()
 
-    def sync(self, seq: Sequence[int]) -> int:
-        keep = self.common_prefix(seq)
-        self.truncate(keep)
-        self.decode(seq[keep:])
-        return len(seq) - keep
-
-    def common_prefix(self, seq: Sequence[int]) -> int:
-        return common_prefix(self.tokens, seq)
+    sync, common_prefix = Context.sync, Context.common_prefix  # (they use only the methods above)
 
     def decode_tree(self, *args, **kwargs):
         raise EdgespecError("a replay verifies chains only (its recording has no second choices)")
@@ -224,13 +213,6 @@ class RecordedVocab:
 
 def _messages_key(messages: Sequence) -> tuple:
     return tuple((m["role"], m["content"]) if isinstance(m, dict) else (m[0], m[1]) for m in messages)
-
-
-def item_messages(item: Item) -> list[tuple[str, str]]:
-    """The chat an item of a workload stands for, as Item.tokens() renders it."""
-    if item.messages is not None:
-        return [(dict(m)["role"], dict(m)["content"]) for m in item.messages]
-    return [("user", item.prompt)]
 
 
 class ReplayEngine(Engine):
@@ -327,112 +309,3 @@ def virtual_time(clock: Clock) -> Iterator[None]:
                 os.environ.pop("EDGESPEC_PROFILES", None)
             else:
                 os.environ["EDGESPEC_PROFILES"] = saved
-
-
-# recording ------------------------------------------------------------------------------------------------
-def greedy_text(ctx: Context, prompt: list[int], max_tokens: int) -> list[int]:
-    """The prompt and the target's plain greedy continuation, as the engine's plain rounds decode it (the prompt
-    but its last token in one batch, then a token a decode): up to max_tokens, or through an end-of-generation
-    token."""
-    ctx.clear()
-    ctx.decode(prompt[:-1])
-    logits = ctx.decode(prompt[-1:], [0])[0]
-    text = list(prompt)
-    while len(text) - len(prompt) < max_tokens:
-        tok = int(np.argmax(logits))
-        text.append(tok)
-        if ctx.model.is_eog(tok) or len(text) - len(prompt) == max_tokens:
-            break
-        logits = ctx.decode([tok], [0])[0]
-    return text
-
-
-def predictions(ctx: Context, text: list[int], n_prompt: int) -> list[int]:
-    """The draft's greedy next token after text[:p + 1] for p from n_prompt - 1 to len(text) - 2, each from a
-    one-token decode at the end of its cache, as drafting computes its rows."""
-    ctx.clear()
-    ctx.decode(text[:n_prompt - 1])
-    return [int(np.argmax(ctx.decode([tok], [0])[0])) for tok in text[n_prompt - 1:-1]]
-
-
-def time_decodes(ctx: Context, context: list[int], sizes: Sequence[int] = TIMED_SIZES, repeats: int = 5
-                 ) -> dict[str, dict[int, float]]:
-    """Median seconds of a decode of m tokens at the end of `context`, asking for the last row's logits ("one_row")
-    and, up to VERIFY_ROWS tokens, for every row's ("all_rows"); sizes and kinds interleaved."""
-    ctx.clear()
-    ctx.decode(context)
-    held = len(ctx.tokens)
-    sizes = [m for m in sizes if m <= ctx.room]
-    filler = context[-1:]
-    ctx.decode(filler, [0])  # the first call of a shape allocates
-    ctx.truncate(held)
-    shapes = [(m, kind) for m in sizes for kind in ("one_row", "all_rows") if kind == "one_row" or 1 < m <= VERIFY_ROWS]
-    seconds: dict[tuple[int, str], list[float]] = {s: [] for s in shapes}
-    for _ in range(repeats):
-        ctx.decode(filler, [0])  # after the largest decode the first small one is slower: not a decode's cost
-        ctx.truncate(held)
-        for m, kind in shapes:
-            t0 = time.perf_counter()
-            ctx.decode(filler * m, [m - 1] if kind == "one_row" else range(m))
-            seconds[(m, kind)].append(time.perf_counter() - t0)
-            ctx.truncate(held)
-    out: dict[str, dict[int, float]] = {"one_row": {}, "all_rows": {}}
-    for (m, kind), ts in seconds.items():
-        out[kind][m] = statistics.median(ts)
-    out["all_rows"][1] = out["one_row"][1]  # the same decode
-    return out
-
-
-def record(target_path: str, draft_path: str, items: Sequence[Item], max_tokens: int, n_threads: int | None = None,
-           n_ctx: int = DEFAULT_CTX, progress: Callable[[int, int, str], None] | None = None,
-           repeats: int = 5) -> dict:
-    """Record what a replay needs of a pair on these items (see the module's docstring). Timed first, so run it
-    alone on the machine for the costs to be this machine's."""
-    tm, dm = Model(target_path), Model(draft_path)
-    check_pair(VocabInfo.of(tm), VocabInfo.of(dm))
-    tctx, dctx = Context(tm, n_ctx, n_threads), Context(dm, n_ctx, n_threads)
-    engine = Engine(tctx)  # for the chat template
-    prompts = [it.tokens(engine) for it in items]
-    fits = [len(p) + max_tokens <= n_ctx for p in prompts]
-    costs = {"target": time_decodes(tctx, _context(prompts), repeats=repeats),
-             "draft": time_decodes(dctx, _context(prompts), repeats=repeats)}
-    texts = []
-    for i, (it, prompt, ok) in enumerate(zip(items, prompts, fits)):
-        if not ok:
-            continue
-        text = greedy_text(tctx, prompt, max_tokens)
-        texts.append({"category": it.category, "messages": item_messages(it), "n_prompt": len(prompt),
-                      "tokens": text, "draft": predictions(dctx, text, len(prompt))})
-        if progress is not None:
-            progress(i + 1, len(items), f"{it.category}: {len(text) - len(prompt)} tokens")
-    filler = next(t for t in range(100, tm.n_vocab) if not tm.is_eog(t))
-    vocab = {"n_vocab": tm.n_vocab, "eog": tm.eog_ids, "bos": tm.bos, "filler": filler}
-    out = {"format": FORMAT, "version": VERSION, "target": os.path.basename(target_path),
-           "draft": os.path.basename(draft_path), "max_tokens": max_tokens, "threads": tctx.n_threads,
-           "costs": costs, "vocab": vocab, "texts": texts}
-    for c in (tctx, dctx):
-        c.close()
-    for m in (tm, dm):
-        m.close()
-    return out
-
-
-def _context(prompts: Sequence[list[int]], n: int = 256) -> list[int]:
-    """What the costs are timed after: the first n tokens of the longest prompt (a decode's cost grows a little with
-    what the cache holds)."""
-    longest = max(prompts, key=len)
-    return longest[:n]
-
-
-def retime(data: dict, target_path: str, draft_path: str, n_threads: int | None = None, repeats: int = 5) -> dict:
-    """A recording's decode costs timed again on this machine (its texts kept): the costs of another day, other
-    threads. Alone on the machine."""
-    tm, dm = Model(target_path), Model(draft_path)
-    context = _context([t["tokens"][:t["n_prompt"]] for t in data["texts"]])
-    costs = {}
-    for name, model in (("target", tm), ("draft", dm)):
-        ctx = Context(model, DEFAULT_CTX, n_threads)
-        costs[name] = time_decodes(ctx, context, repeats=repeats)
-        ctx.close()
-        model.close()
-    return {**data, "costs": costs}

@@ -57,7 +57,7 @@ class DraftLength:
         self.probe_rounds = 2  # drafted rounds a probe lasts: one round's acceptance is too thin a verdict
         self._probe_left = 0
         self._tested = 0  # drafted rounds of the current text whose tokens were tested
-        self._after_probe = False  # in a chain: the plan's next verdict is a probe's (declined, drafted)
+        self._after_probe = False  # in a chain: a probe has ended, and the plan's next verdict is its verdict
         self.text_memory = 2.0  # at a new text, what earlier texts showed counts as at most this many rounds
         self.warm_up_rounds = 3
         self.explore_every = explore_every  # every n-th round drafts one more than the best K, to keep learning
@@ -67,12 +67,13 @@ class DraftLength:
     def new_text(self) -> None:
         """A new generation. Acceptance depends on the text: what earlier texts showed counts as at most text_memory
         rounds (a probe on code after a session of prose must be able to change the verdict), at the rate seen over
-        many texts rather than the last one's (CostModel.restart). Costs belong to the machine and carry over, and so does a fallback's backoff. A text begun in a fallback is
-        probed at once, while the draft model has just read its prompt (a probe later in the text first catches up
-        on everything it skipped), unless no text could make drafting pay (hopeless()): then the wait goes on
-        across texts, and the proposer stands aside (standing_aside: it does not even read the prompts); a probe
-        put off to a new text (defer_probe) waits too, for a text where drafting could pay (a probe's acceptance
-        cannot change a hopeless verdict, and on a short answer the prompt it reads costs more than the text)."""
+        many texts rather than the last one's (CostModel.restart). Costs belong to the machine and carry over, and
+        so does a fallback's backoff. A text begun in a fallback is probed at once, while the draft model has just
+        read its prompt (a probe later in the text first catches up on everything it skipped), unless no text could
+        make drafting pay (hopeless()): then the wait goes on across texts, and the proposer stands aside
+        (standing_aside: it does not even read the prompts); a probe put off to a new text (defer_probe) waits too,
+        for a text where drafting could pay (a probe's acceptance cannot change a hopeless verdict, and on a short
+        answer the prompt it reads costs more than the text)."""
         for c in (self.cost, *self.by_key.values()):
             c.restart(self.text_memory)
         self._tested = 0

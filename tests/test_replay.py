@@ -15,7 +15,8 @@ from edgespec.backend import Context, Model
 from edgespec.engine import Engine
 from edgespec.errors import InvalidArgument
 from edgespec.proposers import DraftModelProposer
-from edgespec.replay import Clock, Curve, Recording, record, virtual_time
+from edgespec.recording import record
+from edgespec.replay import Clock, Curve, Recording, virtual_time
 
 N = 24
 

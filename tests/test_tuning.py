@@ -474,6 +474,31 @@ def test_a_draft_model_the_plan_keeps_declining_behind_lookup_is_probed():
     assert any("cost" in r for r in reasons[3:]) and drafting.policy(draft).cost.acceptance(0) > 0.7
 
 
+def test_a_declined_part_is_probed_then_falls_back_with_a_doubling_wait():
+    d = DraftLength(8, adaptive=True, cost=model({m: 0.1 for m in range(1, 18)}, 0.02, [0.5] * 16))
+    d.new_text()
+    assert d.declined() == "" and d.decide(100, planned=True).reason == "probe"  # nothing of this text tested yet
+    for _ in range(d.probe_rounds):
+        d.observe(2, 1, 0.04)
+    assert d.decide(100, planned=True).reason == "cost"  # the probe's verdict goes to the plan ...
+    first = d.declined()  # ... which declined it again: a fallback whose wait doubles, as after a failed probe
+    assert "the plan found drafting not worth" in first and "1 in a row" in first and d.standing_aside()
+    wait = d._plain_left
+    while d.decide(100, planned=True).reason == "fallback":
+        pass
+    for _ in range(d.probe_rounds):
+        d.observe(2, 2, 0.04)
+    d.decide(100, planned=True)
+    assert "2 in a row" in d.declined() and d._plain_left >= 2 * wait - 1
+    while d.decide(100, planned=True).reason == "fallback":
+        pass
+    for _ in range(d.probe_rounds):
+        d.observe(2, 2, 0.04)
+    d.decide(100, planned=True)
+    d.drafting_planned()  # the plan drafted with it after this probe: the backoff ends
+    assert "in a row" not in d.declined()
+
+
 def test_a_free_proposer_learns_from_what_it_declined():
     # Each verify row costs 0.8 of a step, so lookup's tokens are worth verifying only if more than 0.8 of them pass;
     # its estimate (0.1, from earlier texts) says they are not. Every round its match is declined, but the tokens the
