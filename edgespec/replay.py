@@ -93,15 +93,18 @@ class Curve:
 
 
 class Clock:
-    """Virtual seconds: advanced only by the decodes a replay charges, each times exp(N(0, noise)) / its mean (a
-    seeded lognormal, so a noisy replay is as repeatable as a quiet one)."""
+    """Virtual seconds: advanced by the decodes a replay charges, each times exp(N(0, noise)) / its mean (a seeded
+    lognormal, so a noisy replay is as repeatable as a quiet one), and by `tick` at each reading: what takes no
+    decode (prompt lookup, Python) still takes some time, as it does for real, where the policies treat a proposer
+    that costs nothing measurable apart from one that was never timed."""
 
-    def __init__(self, noise: float = 0.0, seed: int = 0) -> None:
+    def __init__(self, noise: float = 0.0, seed: int = 0, tick: float = 1e-6) -> None:
         self.t = 0.0
-        self.noise = noise
+        self.noise, self.tick = noise, tick
         self._rng = np.random.default_rng(seed)
 
     def now(self) -> float:
+        self.t += self.tick
         return self.t
 
     def spend(self, seconds: float) -> float:
