@@ -3,6 +3,8 @@
 # log with its command in the first line). Run after bench/replay.py record has written the recordings.
 #   bench/replay_matrix.sh settings TAG        the cost settings of "Replayed, without the noise" (TAG names this
 #                                              code: before, after)
+#   bench/replay_matrix.sh compute TAG         the Q4_K_M pair, learning from prompt to prompt and --fresh
+#   bench/replay_matrix.sh seeds TAG           the noisy settings with seeds 1-5
 #   bench/replay_matrix.sh latency REC NAME    a recording with 0, 0.5, 2 and 10 ms on every target decode
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,8 +30,18 @@ case "${1:-}" in
       run "$set-noise-$tag" "${args[@]}" --noise 0.15
       run "$set-rpc2ms-$tag" "${args[@]}" --latency-ms 2
     done ;;
+  compute)
+    tag=${2:?a tag for this code, e.g. before or after}
+    run "compute-$tag" bench/results/replay-compute.json --tune --skip 1 --modes plain,draft,lookup,hybrid
+    run "compute-fresh-$tag" bench/results/replay-compute.json --tune --skip 1 --modes plain,draft,lookup,hybrid --fresh ;;
+  seeds)
+    tag=${2:?a tag for this code}
+    for seed in 1 2 3 4 5; do
+      run "main-noise-seed$seed-$tag" bench/results/replay-memory.json --tune --skip 1 --noise 0.15 --seed "$seed"
+      run "held-noise-seed$seed-$tag" bench/results/replay-heldout-memory.json --costs-from bench/results/replay-memory.json --noise 0.15 --seed "$seed"
+    done ;;
   latency)
     rec=${2:?a recording}; name=${3:?a name for the logs}
     for ms in 0 0.5 2 10; do run "$name-latency-$ms" "$rec" --tune --skip 1 --latency-ms "$ms"; done ;;
-  *) echo "usage: $0 settings TAG | latency RECORDING NAME" >&2; exit 2 ;;
+  *) echo "usage: $0 settings TAG | compute TAG | seeds TAG | latency RECORDING NAME" >&2; exit 2 ;;
 esac
