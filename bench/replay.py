@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from edgespec import autotune, benchmark, report  # noqa: E402
 from pairs import add_model_args, pair_of  # noqa: E402
-from edgespec.recording import record, retime  # noqa: E402
+from edgespec.recording import predict_again, record, retime  # noqa: E402
 from edgespec.replay import Clock, Recording, virtual_time  # noqa: E402
 
 
@@ -62,6 +62,16 @@ def do_costs(args) -> None:
     print(f"wrote {args.recording}", file=sys.stderr)
 
 
+def do_draft(args) -> None:
+    rec = Recording.load(args.recording)
+    print(f"predicting with {Path(args.draft).name} on {len(rec.data['texts'])} texts", file=sys.stderr)
+    data = predict_again(rec.data, args.draft, args.threads, _progress)
+    data["provenance"] = {**(data.get("provenance") or {}),
+                          "draft": report.provenance(" ".join(["bench/replay.py", *sys.argv[1:]]))}
+    Path(args.output or args.recording).write_text(json.dumps(data, separators=(",", ":")))
+    print(f"wrote {args.output or args.recording}", file=sys.stderr)
+
+
 def _recording(args) -> Recording:
     rec = Recording.load(args.recording)
     if args.costs_from:
@@ -78,10 +88,10 @@ def do_trace(args) -> None:
     target, draft = rec.curves(args.latency_ms, args.verify_slope, args.target_scale)
     with virtual_time(clock):
         if args.tune:
-            engine = rec.engine(clock, target, draft, draft_max=args.draft_max)
+            engine = rec.engine(clock, target, draft, draft_max=args.draft_max, draft_p_min=args.draft_p_min)
             autotune.tune(engine, args.tune_seconds, 48, True, None)
             engine.close(remember=False)
-        engine = rec.engine(clock, target, draft, draft_max=args.draft_max)
+        engine = rec.engine(clock, target, draft, draft_max=args.draft_max, draft_p_min=args.draft_p_min)
         strategies = benchmark.Strategies(engine)
         modes = [m for m in args.modes.split(",") if m]
         if args.tune:
@@ -102,10 +112,11 @@ def do_run(args) -> dict:
     clock = Clock(args.noise, args.seed)
     target, draft = rec.curves(args.latency_ms, args.verify_slope, args.target_scale)
     with virtual_time(clock):
-        engine = rec.engine(clock, target, draft, draft_max=args.draft_max)
+        engine = rec.engine(clock, target, draft, draft_max=args.draft_max, draft_p_min=args.draft_p_min)
         tuned = autotune.tune(engine, args.tune_seconds, 48, True, None) if args.tune else None
         engine.close(remember=False)
-        engine = rec.engine(clock, target, draft, draft_max=args.draft_max)  # a new process, the profile on disk
+        # a new process, the profile on disk
+        engine = rec.engine(clock, target, draft, draft_max=args.draft_max, draft_p_min=args.draft_p_min)
 
         def diverged(item, tokens, plain, other, mode):
             return f"{mode} on a {item.category} prompt: differs from plain (a replay never should)"
@@ -156,6 +167,8 @@ def main() -> None:
     common.add_argument("--skip", type=int, default=0)
     common.add_argument("--max-tokens", "-n", type=int, default=64)
     common.add_argument("--draft-max", "-k", type=int, default=8)
+    common.add_argument("--draft-p-min", type=float, default=0.0, help="as generate's (needs the draft's recorded "
+                        "confidences)")
     common.add_argument("--tune", action="store_true", help="run edgespec tune's measurement first (its profile)")
     common.add_argument("--tune-seconds", type=float, default=90.0)
     common.add_argument("--noise", type=float, default=0.0)
@@ -165,6 +178,13 @@ def main() -> None:
     common.add_argument("--target-scale", type=float, default=1.0)
     common.add_argument("--costs-from", metavar="RECORDING", help="the decode costs of another recording (its day, "
                         "its machine) for this one's texts")
+    dr = sub.add_parser("draft", help="a recording's draft predictions and confidences made again (another draft, "
+                        "or a recording made without confidences)")
+    dr.add_argument("recording")
+    dr.add_argument("--draft", required=True)
+    dr.add_argument("--threads", type=int, default=2)
+    dr.add_argument("--output", "-o", help="(default: the recording itself)")
+    dr.set_defaults(func=do_draft)
     p = sub.add_parser("run", help="replay edgespec bench (and tune) on a recording", parents=[common])
     p.add_argument("--modes", default="plain,draft:4,draft,lookup,hybrid")
     p.add_argument("--repeats", type=int, default=1)

@@ -41,6 +41,7 @@ class Link:
     tree: Tree | None = None  # what it proposed, where that was a tree
     alternatives: list | None = None  # a draft model's second choice at each of its n positions (and its q)
     branch: tuple | None = None  # a draft model's branch after one of them (Proposal.branch)
+    stop: object = None  # a draft model's costs.ConfidenceStop this round (its confidence in each token it drafted)
 
 
 class Chain:
@@ -90,7 +91,7 @@ class Chain:
         self._t0 = time.perf_counter()
         reading = 0.0  # what the parts that draft are expected to spend reading text they missed
         for link in self.links:
-            link.tree = link.alternatives = link.branch = link.offered = None
+            link.tree = link.alternatives = link.branch = link.offered = link.stop = None
         if cap <= 0:
             return EMPTY, "fixed"
         first = None  # a lone free proposer that can offer a tree does, where the output is not constrained
@@ -138,6 +139,8 @@ class Chain:
                         k += 1
                     if not learning and k > 0:
                         policy.drafting_planned()
+                        if self._confident(link, decision):  # the draft's confidence decides how far
+                            k = limit - j
                     elif not learning and lead.n == 0:  # declined where it alone could have drafted: a verdict
                         why = policy.declined()
                         if why:
@@ -159,10 +162,19 @@ class Chain:
                 behind = _behind(link.part, context) if per_read else 0
                 reading += behind * per_read if behind > 1 else 0.0
                 seconds = self.tree_width > 1 and guide is None and isinstance(link.part, DraftModelProposer)
-                prop = link.part.propose(context, k, sampling, rng, guide=guide) if guide is not None else \
+                if not seconds and self._measures(link, decision):
+                    active = self._confident(link, decision)
+                    if active and not behind_free:
+                        k = min(cap, policy.k_max if self.k_max is None else self.k_max) - len(tokens)
+                    reach = 1.0
+                    for a in self._accept():
+                        reach *= a
+                    link.stop = policy.confidence_stop(len(tokens) + 1, reach, active)
+                stop = {"stop": link.stop} if link.stop is not None else {}
+                prop = link.part.propose(context, k, sampling, rng, guide=guide, **stop) if guide is not None else \
                     link.part.propose(context, k, sampling, rng, alternatives=True,
                                       branch=self._branching(link, len(tokens), k)) if seconds else \
-                    link.part.propose(context, k, sampling, rng)
+                    link.part.propose(context, k, sampling, rng, **stop)
                 # what drafting this many costs, without catching up on text decoded while the part stood aside
                 # or drafting a branch
                 link.seconds = time.perf_counter() - t0 - getattr(link.part, "catch_up_s", 0.0) - \
@@ -200,6 +212,18 @@ class Chain:
         return Proposal(tokens + [t for t, _ in leaves], qs + [q for _, q in leaves] if sampled else None,
                         sources + ["draft"] * len(leaves), parents=list(range(-1, len(tokens) - 1)) + parents
                         ), "+".join(reasons + ["tree"] + (["branch"] if self._leaves[3] else []))
+
+    def _measures(self, link: Link, decision: Decision) -> bool:
+        """A draft model drafting by measured cost this round (not a fixed length)."""
+        adaptive = link.policy.adaptive if self.adaptive is None else self.adaptive
+        return adaptive and isinstance(link.part, DraftModelProposer) and \
+            decision.reason not in ("fixed", "free", "full")
+
+    def _confident(self, link: Link, decision: Decision) -> bool:
+        """Its confidence decides where the round stops (ConfidenceStop), up to the most it may draft: a round by
+        cost, not a learning round (warm-up, probe: their length is what they measure)."""
+        return self._measures(link, decision) and decision.reason in ("cost", "explore") and \
+            self.tree_width == 1
 
     def _expectation(self, n: int, reading: float) -> tuple[list[Link], float, float] | None:
         """A chain's round of n tokens where a part drafted at a cost: those parts, and what the cost model expects
@@ -301,6 +325,8 @@ class Chain:
             tested = n >= link.start  # every token before this part's passed
             passed = min(link.n, n - link.start) if tested else 0
             link.part.accepted(passed)
+            if link.stop is not None and tested:
+                link.policy.calibration.observe(link.stop.confidence[:link.n], passed)
             if link.offered is None or verified is None:
                 link.policy.observe(link.n, passed if tested else None, link.seconds, link.key)
         for link in self._offers:

@@ -9,7 +9,7 @@ with the answers (draft how many, fall back, probe) is tuning.py's.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Sequence
 
 
 @dataclass
@@ -190,6 +190,73 @@ class Outcomes:
         if self.expected_s <= 0 or self.got_n <= 0:
             return 1.0
         return min(self.most, max(1.0, (self.spent_s / self.expected_s) / (self.got_n / self.expected_n)))
+
+
+@dataclass
+class Calibration:
+    """How often a drafted token passes, by the draft model's own probability for it (its confidence: the top
+    probability of its distribution at that position), in `bins` equal bins, each fading by `decay` a round and
+    starting from the confidence itself, worth prior_weight tokens. A draft model's confidence tells its good guesses
+    from its poor ones within a round, which its acceptance by position (an average) cannot."""
+    bins: int = 10
+    decay: float = 0.995
+    prior_weight: float = 2.0
+    tested: list[float] = field(default_factory=lambda: [0.0] * 10)
+    passed: list[float] = field(default_factory=lambda: [0.0] * 10)
+
+    def _bin(self, p: float) -> int:
+        return min(self.bins - 1, max(0, int(p * self.bins)))
+
+    def chance(self, p: float) -> float:
+        i = self._bin(p)
+        return (self.passed[i] + p * self.prior_weight) / (self.tested[i] + self.prior_weight)
+
+    def observe(self, confidence: Sequence[float], n_accepted: int) -> None:
+        """A round's drafted tokens, with these confidences, of which the first n_accepted passed: each up to the
+        first that failed was put to the test."""
+        self.tested = [t * self.decay for t in self.tested]
+        self.passed = [t * self.decay for t in self.passed]
+        for i, p in enumerate(confidence[:n_accepted + 1]):
+            b = self._bin(p)
+            self.tested[b] += 1
+            self.passed[b] += i < n_accepted
+
+
+class ConfidenceStop:
+    """While a draft model drafts one round, whether the next token is worth its place: a drafted token adds one
+    verify row, and what it brings is a token with the chance that it and every token before it in the round pass
+    (each by its own confidence, Calibration), worth what a token costs when speculating (`value`, seconds). Before
+    token i: keep it only if that chance times the value pays for its row (keep); after it: draft one more only if
+    the next token, passing as the position's average does (`accept`), is expected to pay for its row and the draft
+    step (further). So a round goes on while the draft model is sure and stops where it hesitates, at lengths the
+    costs decide rather than a fixed threshold: on a flat verify curve a row costs little and a doubtful token is
+    still worth trying. It looks at the draft's distribution only, never at the target, so sampling stays exact."""
+
+    def __init__(self, calibration: Calibration, t_verify, rows: int, value: float, step_s: float,
+                 accept: Sequence[float], reach: float = 1.0, active: bool = True) -> None:
+        self.calibration, self.t_verify, self.rows = calibration, t_verify, rows
+        self.value, self.step_s, self.accept = value, step_s, accept
+        self.reach = reach  # the chance that everything before this part's next token passes
+        self.active = active  # False: only note the confidences (a learning round drafts its length whole)
+        self.confidence: list[float] = []  # of the tokens kept
+
+    def _row(self, i: int) -> float:
+        """What the verify row of this part's token i adds."""
+        return self.t_verify(self.rows + i + 1) - self.t_verify(self.rows + i)
+
+    def keep(self, i: int, p: float) -> bool:
+        chance = self.reach * self.calibration.chance(p)
+        if self.active and chance * self.value < self._row(i):
+            return False
+        self.reach = chance
+        self.confidence.append(p)
+        return True
+
+    def further(self, i: int) -> bool:
+        if not self.active:
+            return True
+        a = self.accept[i + 1] if i + 1 < len(self.accept) else (self.accept[-1] if self.accept else 0.5)
+        return self.reach * a * self.value >= self._row(i + 1) + self.step_s
 
 
 def seed_counts(c: CostModel, counts: dict, weight: float) -> bool:

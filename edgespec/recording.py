@@ -44,12 +44,36 @@ def greedy_text(ctx: Context, prompt: list[int], max_tokens: int) -> list[int]:
     return text
 
 
-def predictions(ctx: Context, text: list[int], n_prompt: int) -> list[int]:
+def predictions(ctx: Context, text: list[int], n_prompt: int) -> tuple[list[int], list[float]]:
     """The draft's greedy next token after text[:p + 1] for p from n_prompt - 1 to len(text) - 2, each from a
-    one-token decode at the end of its cache, as drafting computes its rows."""
+    one-token decode at the end of its cache, as drafting computes its rows, and its probability there (the
+    draft's confidence, which a confidence rule such as --draft-p-min reads)."""
     ctx.clear()
     ctx.decode(text[:n_prompt - 1])
-    return [int(np.argmax(ctx.decode([tok], [0])[0])) for tok in text[n_prompt - 1:-1]]
+    tokens, top = [], []
+    for tok in text[n_prompt - 1:-1]:
+        row = ctx.decode([tok], [0])[0].astype(np.float64)
+        best = int(np.argmax(row))
+        tokens.append(best)
+        top.append(round(float(1.0 / np.exp(row - row[best]).sum()), 4))
+    return tokens, top
+
+
+def predict_again(data: dict, draft_path: str, n_threads: int | None = None,
+                  progress: Callable[[int, int, str], None] | None = None) -> dict:
+    """A recording's draft predictions made again, by this draft model (another draft against the same target's
+    texts, or the confidences of a recording made without them)."""
+    dm = Model(draft_path)
+    ctx = Context(dm, DEFAULT_CTX, n_threads)
+    texts = []
+    for i, t in enumerate(data["texts"]):
+        tokens, top = predictions(ctx, t["tokens"], t["n_prompt"])
+        texts.append({**t, "draft": tokens, "draft_p": top})
+        if progress is not None:
+            progress(i + 1, len(data["texts"]), t["category"])
+    ctx.close()
+    dm.close()
+    return {**data, "draft": os.path.basename(draft_path), "texts": texts}
 
 
 def time_decodes(ctx: Context, context: list[int], sizes: Sequence[int] = TIMED_SIZES, repeats: int = 5
@@ -98,8 +122,9 @@ def record(target_path: str, draft_path: str, items: Sequence[Item], max_tokens:
         if not ok:
             continue
         text = greedy_text(tctx, prompt, max_tokens)
+        drafted, top = predictions(dctx, text, len(prompt))
         texts.append({"category": it.category, "messages": item_messages(it), "n_prompt": len(prompt),
-                      "tokens": text, "draft": predictions(dctx, text, len(prompt))})
+                      "tokens": text, "draft": drafted, "draft_p": top})
         if progress is not None:
             progress(i + 1, len(items), f"{it.category}: {len(text) - len(prompt)} tokens")
     filler = next(t for t in range(100, tm.n_vocab) if not tm.is_eog(t))

@@ -120,8 +120,10 @@ class Oracle:
     texts[i][:p + 1], where recorded; elsewhere (a text nobody recorded, a position past the recording) a fixed
     ordinary token."""
 
-    def __init__(self, texts: Sequence[list[int]], predictions: Sequence[dict[int, int]], default: int) -> None:
+    def __init__(self, texts: Sequence[list[int]], predictions: Sequence[dict[int, int]], default: int,
+                 confidence: Sequence[dict[int, float]] | None = None) -> None:
         self.texts, self.predictions, self.default = list(texts), list(predictions), default
+        self.confidence = list(confidence) if confidence is not None else None  # the model's top probability
         self._last = 0
 
     def text_of(self, held: list[int]) -> int | None:
@@ -139,6 +141,15 @@ class Oracle:
 
     def next(self, text: int | None, position: int) -> int:
         return self.default if text is None else self.predictions[text].get(position, self.default)
+
+    def logit(self, text: int | None, position: int, n_vocab: int) -> float:
+        """The logit that gives the prediction its recorded probability against zeros elsewhere (sure, where none
+        was recorded)."""
+        p = None if text is None or self.confidence is None else self.confidence[text].get(position)
+        if p is None:
+            return 50.0
+        p = min(max(p, 1e-6), 1 - 1e-6)
+        return math.log(p * (n_vocab - 1) / (1 - p))
 
 
 class ReplayContext:
@@ -169,7 +180,7 @@ class ReplayContext:
         if len(logit_rows):
             text = self.oracle.text_of(self.tokens)
             for i, r in enumerate(logit_rows):
-                out[i, self.oracle.next(text, base + r)] = 1.0
+                out[i, self.oracle.next(text, base + r)] = self.oracle.logit(text, base + r, self.model.n_vocab)
         return out
 
     def truncate(self, n: int) -> None:
@@ -275,20 +286,25 @@ class Recording:
         return target, Curve.of(costs["draft"])
 
     def engine(self, clock: Clock, target: Curve, draft: Curve, lookup: bool = True,
-               draft_max: int = DEFAULT_DRAFT_MAX, n_ctx: int = DEFAULT_CTX) -> ReplayEngine:
-        """An engine with the recorded target and draft (and prompt lookup: the hybrid), as Engine.load builds one."""
+               draft_max: int = DEFAULT_DRAFT_MAX, n_ctx: int = DEFAULT_CTX, draft_p_min: float = 0.0) -> ReplayEngine:
+        """An engine with the recorded target and draft (and prompt lookup: the hybrid), as Engine.load builds one;
+        draft_p_min needs the draft's recorded confidences."""
+        if draft_p_min > 0 and not all("draft_p" in t for t in self.data["texts"]):
+            raise InvalidArgument("this recording holds no draft confidences (bench/replay.py draft adds them)")
         texts = [t["tokens"] for t in self.data["texts"]]
         starts = [t["n_prompt"] for t in self.data["texts"]]
         vocab = self.data["vocab"]
         target_says = [{p: text[p + 1] for p in range(start - 1, len(text) - 1)} for text, start in zip(texts, starts)]
         draft_says = [{start - 1 + i: tok for i, tok in enumerate(t["draft"])} for t, start in
                       zip(self.data["texts"], starts)]
+        sure = [{start - 1 + i: p for i, p in enumerate(t["draft_p"])} for t, start in zip(self.data["texts"], starts)] \
+            if all("draft_p" in t for t in self.data["texts"]) else None
         models = [RecordedVocab(self.path, vocab["n_vocab"], vocab["eog"], vocab["bos"]) for _ in range(2)]
         filler = vocab["filler"]
         threads = self.data.get("threads", 2)
         tctx = ReplayContext(models[0], Oracle(texts, target_says, filler), target, clock, n_ctx, threads)
-        dctx = ReplayContext(models[1], Oracle(texts, draft_says, filler), draft, clock, n_ctx, threads)
-        proposer = DraftModelProposer(dctx, vocab["n_vocab"])
+        dctx = ReplayContext(models[1], Oracle(texts, draft_says, filler, sure), draft, clock, n_ctx, threads)
+        proposer = DraftModelProposer(dctx, vocab["n_vocab"], p_min=draft_p_min)
         if lookup:
             proposer = HybridProposer(proposer)
         prompts = {_messages_key(t["messages"]): t["tokens"][:t["n_prompt"]] for t in self.data["texts"]}

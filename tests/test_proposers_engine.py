@@ -168,6 +168,36 @@ def test_sampled_first_two_tokens_follow_the_target_with_the_adaptive_chain(tiny
     assert_follows(counts, expected)
 
 
+def test_the_draft_models_confidence_ends_rounds_and_greedy_output_stays_the_targets(tiny_pair):
+    # verify rows at 0.4 of a step each, a draft step 0.02: a round goes on only while the draft is sure enough
+    e = engine_with_costs(tiny_pair, lambda m: 1.0 + 0.4 * (m - 1), 0.02)
+    lengths = []
+    for prompt in PROMPTS:
+        tokens = e.tokenize(prompt)
+        plain = e.generate(tokens, max_tokens=48, speculative=False)
+        spec = e.generate(tokens, max_tokens=48)
+        assert_identical_or_near_tie(e.model, tokens, plain.tokens, spec.tokens, 8)
+        lengths += [x.n_drafted for x in spec.stats.rounds if x.reason == "cost"]
+    calibration = e.policy(e.proposer).calibration
+    e.close()
+    assert len(set(lengths)) >= 3 and max(lengths) > 4  # lengths set round by round, past the average's best K
+    assert sum(calibration.tested) > 20  # ... by confidences it learned to read
+
+
+def test_sampled_first_three_tokens_follow_the_target_where_confidence_ends_rounds(tiny_pair):
+    # The first round is a plain step; the second drafts up to 2 tokens, cut where the draft's own distribution
+    # (never the target's) says the next is not worth its row: the first three tokens against the exact joint.
+    e = engine_with_costs(tiny_pair, lambda m: 1.0 + 0.4 * (m - 1), 0.02)
+    seen = []
+    counts, expected = first_two_counts(e, e.tokenize("x = 1\ny = 2\nx ="), TOP5, 4000, n=3, max_tokens=4,
+                                        each=lambda r: seen.append((r.stats.rounds[1].reason,
+                                                                    r.stats.rounds[1].n_drafted)))
+    e.close()
+    cut = {n for why, n in seen if why == "cost"}
+    assert {0, 2} <= cut or {1, 2} <= cut, cut  # rounds cut short and rounds drafted whole
+    assert_follows(counts, expected)
+
+
 def test_catching_up_is_not_counted_as_the_cost_of_drafting(tiny_pair):
     # After plain rounds (a fallback, lookup drafting alone) the draft model first reads the text it skipped: the
     # price of having stood aside, kept out of what its policy learns a drafted length costs.

@@ -603,3 +603,33 @@ def test_a_wait_that_ends_where_drafting_could_not_pay_at_all_doubles_instead_of
     assert not near.hopeless()
     decisions = [near.decide(64) for _ in range(40)]
     assert decisions[0].reason == "fallback" and "probe" in {x.reason for x in decisions}
+
+
+def test_calibration_learns_how_often_tokens_of_each_confidence_pass():
+    from edgespec.costs import Calibration
+
+    c = Calibration(decay=1.0)
+    assert c.chance(0.35) == pytest.approx(0.35)  # before any evidence: the confidence itself
+    for _ in range(20):
+        c.observe([0.95, 0.35, 0.35], 1)  # a sure token passes, the unsure one after it fails, the last is untested
+    assert c.chance(0.95) == pytest.approx((20 + 0.95 * 2) / 22)
+    assert c.chance(0.35) == pytest.approx((0 + 0.35 * 2) / 22)  # tested 20 times (not 40: the third never was)
+
+
+def test_a_confidence_stop_keeps_a_token_while_its_chance_pays_for_its_row():
+    from edgespec.costs import Calibration, ConfidenceStop
+
+    def stop(row_s, step_s=0.1, active=True):
+        return ConfidenceStop(Calibration(), lambda m: 1.0 + row_s * (m - 1), rows=1, value=1.0, step_s=step_s,
+                              accept=[0.6] * 8, active=active)
+
+    s = stop(0.3)  # each verify row costs 0.3 of a token's worth
+    assert s.keep(0, 0.9)  # 0.9 >= 0.3
+    assert s.further(0)  # the next, at the average 0.6: 0.9 * 0.6 = 0.54 >= 0.3 + a draft step of 0.1
+    assert not s.keep(1, 0.3)  # 0.9 * 0.3 = 0.27 < 0.3: it hesitates here, the round ends
+    assert s.confidence == [0.9]
+    assert not stop(1.0).keep(0, 0.9)  # where a row costs a whole token, not even a sure one is worth it
+    flat = stop(0.05)  # where rows are nearly free, a doubtful token is still worth trying
+    assert flat.keep(0, 0.9) and flat.keep(1, 0.3) and flat.further(1)
+    learning = stop(1.0, active=False)  # a learning round drafts its whole length and only notes confidences
+    assert learning.keep(0, 0.2) and learning.further(0) and learning.confidence == [0.2]

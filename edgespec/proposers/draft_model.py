@@ -38,14 +38,16 @@ class DraftModelProposer:
             self.ctx.sync(seq[:-1])
 
     def propose(self, seq: Sequence[int], k: int, sampling: SamplingConfig, rng: np.random.Generator,
-                guide=None, alternatives: bool = False, branch: Callable[[int], int] | None = None) -> Proposal:
+                guide=None, alternatives: bool = False, branch: Callable[[int], int] | None = None,
+                stop=None) -> Proposal:
         """alternatives: also a second choice at each position (Proposal.alternatives), for a verification tree:
         greedy, the best token other than the one drafted; sampling, a draw from q without it (tree.without),
         which is the q that choice carries. branch (with alternatives, on a context of 2 branches or more): at the
         first position i whose top probability is under `split` (where the draft's confidence splits),
         branch(i) tokens are drafted after the second choice there too (Proposal.branch), each in the same decode
         as a token of the chain, while the chain lasts. The decision looks at the draft's distribution at i, never
-        at the tokens drawn there, so a sampled second choice still carries its q."""
+        at the tokens drawn there, so a sampled second choice still carries its q. stop (costs.ConfidenceStop): asked
+        before each token whether to keep it and after it whether to draft one more, by the draft's confidence."""
         k = min(k, self.ctx.n_ctx - len(seq) + 1)  # seq plus k-1 drafted tokens must fit in the draft's cache
         self.branch_s = 0.0
         if k <= 0:
@@ -74,8 +76,8 @@ class DraftModelProposer:
                         break
                 if sampling.greedy:
                     tok = int(np.argmax(logits))
-                    top = _top_probability(logits) if self.p_min > 0 or branch is not None else 1.0
-                    if top < self.p_min:
+                    top = _top_probability(logits) if self.p_min > 0 or branch is not None or stop is not None else 1.0
+                    if top < self.p_min or (stop is not None and not stop.keep(i, top)):
                         break
                     if alternatives:
                         second = logits.copy()
@@ -84,7 +86,7 @@ class DraftModelProposer:
                 else:
                     q = probabilities(logits, sampling)
                     top = float(q.max())
-                    if top < self.p_min:
+                    if top < self.p_min or (stop is not None and not stop.keep(i, top)):
                         break
                     tok = sample(q, rng)
                     qs.append(self._fit(q))
@@ -97,8 +99,8 @@ class DraftModelProposer:
                     if bq is not None:
                         forked[3].append(bq)
                 tokens.append(tok)
-                if i == k - 1 or model.is_eog(tok):
-                    break  # nothing is worth drafting past the end of the text
+                if i == k - 1 or model.is_eog(tok) or (stop is not None and not stop.further(i)):
+                    break  # nothing is worth drafting past the end of the text (or where it would not pay)
                 if guide is not None:
                     guide.push(tok)
                     pushed += 1
