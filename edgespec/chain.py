@@ -110,6 +110,7 @@ class Chain:
         try:
             for link in self.links:
                 policy = link.policy
+                most = 0  # behind a free part: the most this part may draft where its confidence decides
                 behind_free = len(self._used) == 1 and self._used[0].policy.free
                 decision = first if first is not None else \
                     policy.decide(cap, self.k_max, self.adaptive, planned=behind_free) \
@@ -139,8 +140,7 @@ class Chain:
                         k += 1
                     if not learning and k > 0:
                         policy.drafting_planned()
-                        if self._confident(link, decision):  # the draft's confidence decides how far
-                            k = limit - j
+                        most = limit - j  # where its confidence decides how far (below), it may draft this many
                     elif not learning and lead.n == 0:  # declined where it alone could have drafted: a verdict
                         why = policy.declined()
                         if why:
@@ -163,13 +163,13 @@ class Chain:
                 reading += behind * per_read if behind > 1 else 0.0
                 seconds = self.tree_width > 1 and guide is None and isinstance(link.part, DraftModelProposer)
                 if not seconds and self._measures(link, decision):
-                    active = self._confident(link, decision)
-                    if active and not behind_free:
-                        k = min(cap, policy.k_max if self.k_max is None else self.k_max) - len(tokens)
                     reach = 1.0
                     for a in self._accept():
                         reach *= a
-                    link.stop = policy.confidence_stop(len(tokens) + 1, reach, active)
+                    link.stop = policy.confidence_stop(len(tokens) + 1, reach, self._confident(link, decision))
+                    if link.stop is not None and link.stop.active:  # the draft's confidence decides how far
+                        k = most if behind_free else \
+                            min(cap, policy.k_max if self.k_max is None else self.k_max) - len(tokens)
                 stop = {"stop": link.stop} if link.stop is not None else {}
                 prop = link.part.propose(context, k, sampling, rng, guide=guide, **stop) if guide is not None else \
                     link.part.propose(context, k, sampling, rng, alternatives=True,
