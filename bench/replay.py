@@ -140,7 +140,7 @@ def do_run(args) -> dict:
     out = {**report.provenance(" ".join(["bench/replay.py", *sys.argv[1:]])), "settings": settings,
            "recording": rec.data.get("provenance"), "rows": rows, "divergences": rep.divergences}
     if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=1))
+        Path(args.json).write_text(json.dumps(out, separators=(",", ":")))
         print(f"wrote {args.json}", file=sys.stderr)
     return out
 
