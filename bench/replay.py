@@ -29,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from edgespec import autotune, benchmark, report  # noqa: E402
+from edgespec.errors import EdgespecError  # noqa: E402
 from pairs import add_model_args, pair_of  # noqa: E402
 from edgespec.recording import predict_again, record, retime  # noqa: E402
 from edgespec.replay import Clock, Recording, virtual_time  # noqa: E402
@@ -197,7 +198,11 @@ def main() -> None:
     t.set_defaults(func=do_trace)
     args = ap.parse_args()
     t0 = time.time()
-    args.func(args)
+    try:
+        args.func(args)
+    except EdgespecError as e:  # a file that is not a recording, a prompt not in it: one line
+        print(f"replay.py: {e}", file=sys.stderr)
+        sys.exit(2)
     print(f"({time.time() - t0:.0f} s)", file=sys.stderr)
 
 

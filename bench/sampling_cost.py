@@ -4,7 +4,9 @@
 
 Per round of R rows (R-1 drafted tokens and the bonus row): greedy (argmax + accept) and sampled (temperature 0.8,
 top-k 40, top-p 0.95, min-p 0.05: probabilities of every row, then rejection sampling against a deterministic
-draft and against a sampled one; the engine computes a row when verification reaches it). Prints milliseconds per round and per row; numbers, not assertions.
+draft and against a sampled one; the engine computes a row when verification reaches it); per drafted token, the
+draft's q when sampling and its confidence (top probability) when greedy, which the confidence stop reads. Prints
+milliseconds per round and per row; numbers, not assertions.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgespec.proposers.draft_model import _top_probability
 from edgespec.sampling import Rows, SamplingConfig, probabilities, sample
 from edgespec.verify import verify_greedy, verify_sampled
 
@@ -66,6 +69,7 @@ def main() -> None:
         "sampled: accept a sampled draft (q)": lambda: verify_sampled(Rows(logits, cfg), q, qd, rng),
         "sampled: a rejection at position 3": lambda: verify_sampled(Rows(logits, cfg), None, early, rng),
         "one draft row's q (per drafted token)": lambda: probabilities(logits[0], cfg),
+        "one greedy draft row's confidence": lambda: _top_probability(logits[0]),
     }
     print(f"{args.rows} rows x {logits.shape[1]} vocabulary, {source}; {args.repeats} repeats", file=sys.stderr)
     for name, f in cases.items():

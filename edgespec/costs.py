@@ -201,8 +201,12 @@ class Calibration:
     bins: int = 10
     decay: float = 0.995
     prior_weight: float = 2.0
-    tested: list[float] = field(default_factory=lambda: [0.0] * 10)
-    passed: list[float] = field(default_factory=lambda: [0.0] * 10)
+    tested: list[float] = field(default_factory=list)
+    passed: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.tested = self.tested or [0.0] * self.bins
+        self.passed = self.passed or [0.0] * self.bins
 
     def _bin(self, p: float) -> int:
         return min(self.bins - 1, max(0, int(p * self.bins)))
