@@ -89,7 +89,8 @@ class Chain:
         rows = cap if rows is None else rows
         self._used, self._offers, self._leaves, self._expected = [], [], None, None
         self._t0 = time.perf_counter()
-        reading = 0.0  # what the parts that draft are expected to spend reading text they missed
+        reading = 0.0  # what the parts that draft are expected to spend reading text they missed (and on steps
+        # whose tokens they did not keep)
         for link in self.links:
             link.tree = link.alternatives = link.branch = link.offered = link.stop = None
         if cap <= 0:
@@ -166,7 +167,8 @@ class Chain:
                     reach = 1.0
                     for a in self._accept():
                         reach *= a
-                    link.stop = policy.confidence_stop(len(tokens) + 1, reach, self._confident(link, decision))
+                    link.stop = policy.confidence_stop(len(tokens) + 1, reach, self._confident(link, decision),
+                                                       getattr(link.part, "step_s", None))
                     if link.stop is not None and link.stop.active:  # the draft's confidence decides how far
                         k = most if behind_free else \
                             min(cap, policy.k_max if self.k_max is None else self.k_max) - len(tokens)
@@ -175,9 +177,12 @@ class Chain:
                     link.part.propose(context, k, sampling, rng, alternatives=True,
                                       branch=self._branching(link, len(tokens), k)) if seconds else \
                     link.part.propose(context, k, sampling, rng, **stop)
-                # what drafting this many costs, without catching up on text decoded while the part stood aside
-                # or drafting a branch
-                link.seconds = time.perf_counter() - t0 - getattr(link.part, "catch_up_s", 0.0) - \
+                # what drafting this many costs, without catching up on text decoded while the part stood aside,
+                # drafting a branch, or the step whose token it did not keep (which the round's expectation counts,
+                # as it counts the reading: a round ended by the draft's doubt costs that step beside T_d(n))
+                refused = getattr(link.part, "refused_s", 0.0)
+                reading += refused
+                link.seconds = time.perf_counter() - t0 - getattr(link.part, "catch_up_s", 0.0) - refused - \
                     (getattr(link.part, "branch_s", 0.0) if seconds else 0.0)
                 n = len(prop.tokens)
                 if guide is not None and prop.q is None:

@@ -188,17 +188,20 @@ class DraftLength(TreeShapes):
         self._after_probe = False
         self._failed_probes = 0
 
-    def confidence_stop(self, rows: int, reach: float = 1.0, active: bool = True) -> ConfidenceStop | None:
+    def confidence_stop(self, rows: int, reach: float = 1.0, active: bool = True,
+                        step_s: float | None = None) -> ConfidenceStop | None:
         """For a round this part drafts by cost after `rows` - 1 tokens of earlier parts (which all pass with chance
         `reach`): where its draft model stops, by its confidence in each token (costs.ConfidenceStop), a token
         valued at what one costs when speculating (the best K's expected time per token, at most a plain step's).
-        active=False: a learning round, whose length is fixed: only its confidences are noted. None: not timed yet."""
+        active=False: a learning round, whose length is fixed: only its confidences are noted. step_s: a draft step
+        as the proposer timed it (default: from the round costs, whose lengths mix rounds that caught up on the last
+        one's tokens and rounds that ended in a step whose token was not kept). None: not timed yet."""
         c = self.cost
         plain, (_, per_token), one = c.t_verify(1), c.best_k(max(1, self.k_max)), c.t_draft(1)
         if plain is None or per_token is None or one is None:
             return None
         two = c.t_draft(2)
-        step = two - one if two is not None and two > one else one  # a draft step past the round's first
+        step = step_s if step_s is not None else two - one if two is not None and two > one else one
         return ConfidenceStop(self.calibration, c.t_verify, rows, min(plain, per_token * self.outcomes.optimism()),
                               step, c.acceptances(self.k_max + 1), reach, active)
 

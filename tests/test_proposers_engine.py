@@ -218,6 +218,39 @@ def test_catching_up_is_not_counted_as_the_cost_of_drafting(tiny_pair):
     t.close()
 
 
+def test_a_draft_model_times_its_steps_and_the_step_whose_token_it_did_not_keep(tiny_pair):
+    # A round that ends because the next token is not worth its row has paid for the decode that said so: timed
+    # apart (refused_s) so the round's T_d(n) stays the cost of drafting n, and the chain counts it in what the round
+    # was expected to cost. A step is timed alone (step_s) for the confidence stop's price of drafting one more.
+    from edgespec.backend import Context, Model
+    from edgespec.proposers import DraftModelProposer
+
+    class Stop:  # keeps tokens 0 and 1, refuses token 2; always asks for one more
+        def keep(self, i, p):
+            return i < 2
+
+        def further(self, i):
+            return True
+
+    class Enough(Stop):  # keeps all, asks for none after token 1
+        def keep(self, i, p):
+            return True
+
+        def further(self, i):
+            return i < 1
+
+    t, d = Model(tiny_pair[0]), Model(tiny_pair[1])
+    draft = DraftModelProposer(Context(d, 1024), t.n_vocab)
+    seq = t.tokenize("the cat sat on the mat")
+    assert draft.step_s is None
+    prop = draft.propose(seq, 6, edgespec.GREEDY, np.random.default_rng(0), stop=Stop())
+    assert len(prop.tokens) == 2 and draft.refused_s > 0 and draft.step_s > 0
+    prop = draft.propose(seq, 6, edgespec.GREEDY, np.random.default_rng(0), stop=Enough())
+    assert len(prop.tokens) == 2 and draft.refused_s == 0.0  # ended by its own choice: no step wasted
+    draft.close()
+    t.close()
+
+
 def test_the_first_round_after_a_prompt_is_kept_out_of_the_verify_curve(tiny_pair, monkeypatch):
     # The first decode after a prompt finishes the prompt's work (over RPC it measured 366-541 ms against 40 for a
     # step): timed into T_v(1), it made a plain step look dear and drafting look worth it where it was not.

@@ -633,3 +633,19 @@ def test_a_confidence_stop_keeps_a_token_while_its_chance_pays_for_its_row():
     assert flat.keep(0, 0.9) and flat.keep(1, 0.3) and flat.further(1)
     learning = stop(1.0, active=False)  # a learning round drafts its whole length and only notes confidences
     assert learning.keep(0, 0.2) and learning.further(0) and learning.confidence == [0.2]
+
+
+def test_a_confidence_stop_prices_a_draft_step_as_the_proposer_timed_it():
+    # Round costs by length mix rounds that first read the last round's tokens and rounds that ended in a step whose
+    # token was not kept: here T_d(2) - T_d(1) reads as 0.5 of a plain step where a step costs 0.1. Priced so, a
+    # sure draft model stopped after one token each round (the hybrid at 1.33x where the draft model alone made
+    # 1.43x, memory-bound replay of the held-out set); priced as timed, it goes on.
+    c = model({m: 1.0 + 0.05 * (m - 1) for m in range(1, 18)}, 0.1, [0.9] * 9)
+    c.draft_round_s = {1: 0.2, 2: 0.7, 8: 1.0}
+    d = DraftLength(8, True, c)
+    assert d.confidence_stop(1).step_s == pytest.approx(0.5)  # (without a timed step: from the round costs)
+    stop = d.confidence_stop(1, step_s=0.1)
+    assert stop.step_s == pytest.approx(0.1)
+    assert stop.keep(0, 0.95) and stop.further(0)
+    mixed = d.confidence_stop(1)  # the mixed figure: the same sure token, and the round ends after it
+    assert mixed.keep(0, 0.95) and not mixed.further(0)

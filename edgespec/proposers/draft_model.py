@@ -28,6 +28,7 @@ class DraftModelProposer:
         self.split = SPLIT  # a branch forks only where the draft's top probability is under this
         self._steps: list[float | None] = [None, None]  # seconds of a draft decode of one row, and of two
         self.branch_s = 0.0  # of the last propose(), the seconds its branch added (an estimate)
+        self.refused_s = 0.0  # of the last propose(), the decode whose token it did not keep (stop, p_min)
 
     def behind(self, seq: Sequence[int]) -> int:
         """Tokens of seq, before its last, that this model has not read: what a proposal from seq reads first."""
@@ -49,7 +50,7 @@ class DraftModelProposer:
         at the tokens drawn there, so a sampled second choice still carries its q. stop (costs.ConfidenceStop): asked
         before each token whether to keep it and after it whether to draft one more, by the draft's confidence."""
         k = min(k, self.ctx.n_ctx - len(seq) + 1)  # seq plus k-1 drafted tokens must fit in the draft's cache
-        self.branch_s = 0.0
+        self.branch_s = self.refused_s = 0.0
         if k <= 0:
             return Proposal([])
         t0 = time.perf_counter()
@@ -58,7 +59,9 @@ class DraftModelProposer:
         if behind > 1:
             per = self.catch_up_s / behind
             self.read_s = per if self.read_s is None else self.read_s + 0.2 * (per - self.read_s)
+        t1 = time.perf_counter()
         logits = self.ctx.decode(seq[-1:], [0])[0]
+        last_s = time.perf_counter() - t1  # the decode that gave the logits at hand
         tokens: list[int] = []
         qs: list[np.ndarray] = []
         alts: list[tuple[int, np.ndarray | None]] = []
@@ -78,6 +81,7 @@ class DraftModelProposer:
                     tok = int(np.argmax(logits))
                     top = _top_probability(logits) if self.p_min > 0 or branch is not None or stop is not None else 1.0
                     if top < self.p_min or (stop is not None and not stop.keep(i, top)):
+                        self.refused_s = last_s
                         break
                     if alternatives:
                         second = logits.copy()
@@ -87,6 +91,7 @@ class DraftModelProposer:
                     q = probabilities(logits, sampling)
                     top = float(q.max())
                     if top < self.p_min or (stop is not None and not stop.keep(i, top)):
+                        self.refused_s = last_s
                         break
                     tok = sample(q, rng)
                     qs.append(self._fit(q))
@@ -112,18 +117,20 @@ class DraftModelProposer:
                 t1 = time.perf_counter()
                 if forked is None:
                     logits = self.ctx.decode([tok], [0])[0]
-                    if branch is not None:
-                        self._time_step(time.perf_counter() - t1, pair=False)
+                    last_s = time.perf_counter() - t1
+                    self._time_step(last_s, pair=False)
                     continue
                 at, n, grown, _ = forked
                 last = grown[-1] if grown else alts[at][0]
                 if len(grown) < n and not model.is_eog(last):
                     logits, branch_logits = self.ctx.decode_rows([(tok, 0), (last, 1)])
-                    self._time_step(time.perf_counter() - t1, pair=True)
+                    last_s = time.perf_counter() - t1
+                    self._time_step(last_s, pair=True)
                 else:
                     forked = (at, len(grown), grown, forked[3])  # the branch ends here
                     logits = self.ctx.decode_rows([(tok, 0)])[0]
-                    self._time_step(time.perf_counter() - t1, pair=False)
+                    last_s = time.perf_counter() - t1
+                    self._time_step(last_s, pair=False)
         finally:
             if pushed:
                 guide.pop(pushed)
@@ -140,13 +147,18 @@ class DraftModelProposer:
         return sample(q, rng), self._fit(q)
 
     def _time_step(self, seconds: float, pair: bool) -> None:
-        """The seconds of a decode of one row and of two (the chain's and a branch's), averaged: what a branch
-        adds to the draft (extra_row_s, self.branch_s for this round), so a policy prices the chain's drafting
-        without it."""
+        """The seconds of a decode of one row and of two (the chain's and a branch's), averaged: a draft step (step_s)
+        and what a branch adds to it (extra_row_s, self.branch_s for this round), so a policy prices the chain's
+        drafting without it."""
         i = int(pair)
         self._steps[i] = seconds if self._steps[i] is None else self._steps[i] + 0.2 * (seconds - self._steps[i])
         if pair and self.extra_row_s is not None:
             self.branch_s += self.extra_row_s
+
+    @property
+    def step_s(self) -> float | None:
+        """The seconds of one draft step in a round (a decode of one row after a drafted token), averaged."""
+        return self._steps[0]
 
     @property
     def extra_row_s(self) -> float | None:
