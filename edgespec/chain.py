@@ -139,6 +139,8 @@ class Chain:
                                        behind=behind, read_s=read_s)
                     if decision.reason == "explore" and k > 0 and j + k < limit:
                         k += 1
+                    if learning and decision.reason == "probe":  # (a probe's length: its confidence's, below)
+                        most = min(cap, policy.k_max if self.k_max is None else self.k_max) - j
                     if not learning and k > 0:
                         policy.drafting_planned()
                         most = limit - j  # where its confidence decides how far (below), it may draft this many
@@ -168,7 +170,8 @@ class Chain:
                     for a in self._accept():
                         reach *= a
                     link.stop = policy.confidence_stop(len(tokens) + 1, reach, self._confident(link, decision),
-                                                       getattr(link.part, "step_s", None))
+                                                       getattr(link.part, "step_s", None),
+                                                       least=int(decision.reason == "probe"))
                     if link.stop is not None and link.stop.active:  # the draft's confidence decides how far
                         k = most if behind_free else \
                             min(cap, policy.k_max if self.k_max is None else self.k_max) - len(tokens)
@@ -226,8 +229,9 @@ class Chain:
 
     def _confident(self, link: Link, decision: Decision) -> bool:
         """Its confidence decides where the round stops (ConfidenceStop), up to the most it may draft: a round by
-        cost, not a learning round (warm-up, probe: their length is what they measure)."""
-        return self._measures(link, decision) and decision.reason in ("cost", "explore") and \
+        cost or a probe (whose verdict is on drafting as rounds by cost would draft; at least one token), not a
+        warm-up (its length is what it measures)."""
+        return self._measures(link, decision) and decision.reason in ("cost", "explore", "probe") and \
             self.tree_width == 1
 
     def _expectation(self, n: int, reading: float) -> tuple[list[Link], float, float] | None:

@@ -234,14 +234,16 @@ class ConfidenceStop:
     the next token, passing as the position's average does (`accept`), is expected to pay for its row and the draft
     step (further). So a round goes on while the draft model is sure and stops where it hesitates, at lengths the
     costs decide rather than a fixed threshold: on a flat verify curve a row costs little and a doubtful token is
-    still worth trying. It looks at the draft's distribution only, never at the target, so sampling stays exact."""
+    still worth trying. The first `least` tokens are kept whatever their confidence (a probe must test one). It looks
+    at the draft's distribution only, never at the target, so sampling stays exact."""
 
     def __init__(self, calibration: Calibration, t_verify, rows: int, value: float, step_s: float,
-                 accept: Sequence[float], reach: float = 1.0, active: bool = True) -> None:
+                 accept: Sequence[float], reach: float = 1.0, active: bool = True, least: int = 0) -> None:
         self.calibration, self.t_verify, self.rows = calibration, t_verify, rows
         self.value, self.step_s, self.accept = value, step_s, accept
         self.reach = reach  # the chance that everything before this part's next token passes
         self.active = active  # False: only note the confidences (a learning round drafts its length whole)
+        self.least = least  # tokens kept whatever their confidence (a probe tests at least one)
         self.confidence: list[float] = []  # of the tokens kept
 
     def _row(self, i: int) -> float:
@@ -250,14 +252,14 @@ class ConfidenceStop:
 
     def keep(self, i: int, p: float) -> bool:
         chance = self.reach * self.calibration.chance(p)
-        if self.active and chance * self.value < self._row(i):
+        if self.active and i >= self.least and chance * self.value < self._row(i):
             return False
         self.reach = chance
         self.confidence.append(p)
         return True
 
     def further(self, i: int) -> bool:
-        if not self.active:
+        if not self.active or i + 1 < self.least:
             return True
         a = self.accept[i + 1] if i + 1 < len(self.accept) else (self.accept[-1] if self.accept else 0.5)
         return self.reach * a * self.value >= self._row(i + 1) + self.step_s

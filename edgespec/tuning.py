@@ -189,11 +189,12 @@ class DraftLength(TreeShapes):
         self._failed_probes = 0
 
     def confidence_stop(self, rows: int, reach: float = 1.0, active: bool = True,
-                        step_s: float | None = None) -> ConfidenceStop | None:
+                        step_s: float | None = None, least: int = 0) -> ConfidenceStop | None:
         """For a round this part drafts by cost after `rows` - 1 tokens of earlier parts (which all pass with chance
         `reach`): where its draft model stops, by its confidence in each token (costs.ConfidenceStop), a token
         valued at what one costs when speculating (the best K's expected time per token, at most a plain step's).
-        active=False: a learning round, whose length is fixed: only its confidences are noted. step_s: a draft step
+        active=False: a learning round, whose length is fixed: only its confidences are noted; least: tokens drafted
+        whatever the confidence (a probe's first, which must be tested). step_s: a draft step
         as the proposer timed it (default: from the round costs, whose lengths mix rounds that caught up on the last
         one's tokens and rounds that ended in a step whose token was not kept). None: not timed yet."""
         c = self.cost
@@ -203,7 +204,7 @@ class DraftLength(TreeShapes):
         two = c.t_draft(2)
         step = step_s if step_s is not None else two - one if two is not None and two > one else one
         return ConfidenceStop(self.calibration, c.t_verify, rows, min(plain, per_token * self.outcomes.optimism()),
-                              step, c.acceptances(self.k_max + 1), reach, active)
+                              step, c.acceptances(self.k_max + 1), reach, active, least)
 
     def _wait(self, ratio: float) -> int:
         wait = max(4, min(self.fallback_rounds, int(self.fallback_rounds * (ratio - self.margin) / 0.3)))

@@ -184,6 +184,31 @@ def test_the_draft_models_confidence_ends_rounds_and_greedy_output_stays_the_tar
     assert sum(calibration.tested) > 20  # ... by confidences it learned to read
 
 
+def test_a_probe_drafts_as_far_as_the_draft_models_confidence_pays(tiny_pair):
+    # A probe is the verdict on drafting for a text: at the average's best K alone (here 1: acceptance 0.5 by
+    # position, rows at 0.25 of a step) it tried one token a round, a thin verdict where the draft model is sure of
+    # long runs (on the replay, one-token probes on a code prompt ended in a fallback for the rest of the text). It
+    # drafts as a round by cost does, but at least one token (a probe that drafts nothing has tested nothing).
+    class Average(FixedCosts):
+        def acceptances(self, n):
+            return [0.5] * n
+
+    e = engine_with_costs(tiny_pair, lambda m: 1.0 + 0.25 * (m - 1), 0.1)
+    policy = e.policy(e.proposer)
+    policy.cost = Average(verify_s=policy.cost.verify_s, draft_s=0.1, n_observed=100)
+    assert policy.cost.best_k(8)[0] == 1
+    lengths = []
+    for prompt in PROMPTS:
+        tokens = e.tokenize(prompt)
+        policy._probe, policy._probe_left = "pending", policy.probe_rounds
+        spec = e.generate(tokens, max_tokens=32)
+        plain = e.generate(tokens, max_tokens=32, speculative=False)
+        assert_identical_or_near_tie(e.model, tokens, plain.tokens, spec.tokens, 8)
+        lengths += [x.n_drafted for x in spec.stats.rounds if x.reason == "probe"]
+    e.close()
+    assert min(lengths) >= 1 and max(lengths) > 1, lengths
+
+
 def test_sampled_first_three_tokens_follow_the_target_where_confidence_ends_rounds(tiny_pair):
     # The first round is a plain step; the second drafts up to 2 tokens, cut where the draft's own distribution
     # (never the target's) says the next is not worth its row: the first three tokens against the exact joint.
