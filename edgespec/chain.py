@@ -170,7 +170,6 @@ class Chain:
                     for a in self._accept():
                         reach *= a
                     link.stop = policy.confidence_stop(len(tokens) + 1, reach, self._confident(link, decision),
-                                                       getattr(link.part, "step_s", None),
                                                        least=int(decision.reason == "probe"))
                     if link.stop is not None and link.stop.active:  # the draft's confidence decides how far
                         k = most if behind_free else \
@@ -183,6 +182,8 @@ class Chain:
                 # what drafting this many costs, without catching up on text decoded while the part stood aside,
                 # drafting a branch, or the step whose token it did not keep (which the round's expectation counts,
                 # as it counts the reading: a round ended by the draft's doubt costs that step beside T_d(n))
+                if getattr(link.part, "step_s", None) is not None:  # (until it has timed one: the profile's)
+                    policy.step_s = link.part.step_s
                 refused = getattr(link.part, "refused_s", 0.0)
                 reading += refused
                 link.seconds = time.perf_counter() - t0 - getattr(link.part, "catch_up_s", 0.0) - refused - \

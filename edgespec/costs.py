@@ -208,6 +208,12 @@ class Calibration:
         self.tested = self.tested or [0.0] * self.bins
         self.passed = self.passed or [0.0] * self.bins
 
+    def seed(self, counts: dict, weight: float) -> None:
+        """Start from an earlier run's counts (profile.py), worth at most `weight` tokens in all."""
+        f = min(1.0, weight / max(sum(counts["tested"]), 1e-9))
+        self.tested = [t * f for t in counts["tested"]]
+        self.passed = [p * f for p in counts["passed"]]
+
     def _bin(self, p: float) -> int:
         return min(self.bins - 1, max(0, int(p * self.bins)))
 

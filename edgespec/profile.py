@@ -76,7 +76,8 @@ def path_of(k: dict) -> Path:
 class Profile:
     verify_s: dict[int, float]  # m rows -> seconds of one target decode
     # per proposer (proposer_name(), lookup_name()): {"draft_round_s": {n: seconds}, "reached": [...],
-    # "accepted": [...], "by_key": {kind: {"reached": [...], "accepted": [...]}}}
+    # "accepted": [...], "by_key": {kind: {"reached": [...], "accepted": [...]}}}; a draft model's may also hold
+    # "step_s" (one draft step) and "calibration" ({"tested": [...], "passed": [...]} by confidence bin)
     proposers: dict[str, dict] = field(default_factory=dict)
     measured: str = ""
 
@@ -132,6 +133,16 @@ def _proposer(entry: dict) -> dict:
            **_counts(entry), "by_key": {str(k): _counts(c) for k, c in (entry.get("by_key") or {}).items()}}
     if any(s <= 0 for s in out["draft_round_s"].values()):
         raise ValueError("impossible draft costs")
+    if "step_s" in entry:
+        out["step_s"] = float(entry["step_s"])
+        if out["step_s"] <= 0:
+            raise ValueError("impossible draft step")
+    if "calibration" in entry:
+        cal = {f: [float(x) for x in entry["calibration"][f]] for f in ("tested", "passed")}
+        if len(cal["tested"]) != len(cal["passed"]) or any(not 0 <= p <= t for p, t in zip(cal["passed"],
+                                                                                          cal["tested"])):
+            raise ValueError("inconsistent calibration counts")
+        out["calibration"] = cal
     return out
 
 
@@ -149,8 +160,17 @@ def merge(old: dict | None, new: dict, keep: float = 0.5) -> dict:
 
     empty = {"reached": [], "accepted": []}
     old_keys, new_keys = old.get("by_key", {}), new.get("by_key", {})
-    return {"draft_round_s": {**old["draft_round_s"], **new["draft_round_s"]}, **counts(old, new),
-            "by_key": {k: counts(old_keys.get(k, empty), new_keys.get(k, empty)) for k in {**old_keys, **new_keys}}}
+    out = {"draft_round_s": {**old["draft_round_s"], **new["draft_round_s"]}, **counts(old, new),
+           "by_key": {k: counts(old_keys.get(k, empty), new_keys.get(k, empty)) for k in {**old_keys, **new_keys}}}
+    step = new.get("step_s", old.get("step_s"))
+    if step is not None:
+        out["step_s"] = step
+    a, b = old.get("calibration"), new.get("calibration")
+    if a is not None and b is not None and len(a["tested"]) == len(b["tested"]):
+        out["calibration"] = {f: [keep * x + y for x, y in zip(a[f], b[f])] for f in ("tested", "passed")}
+    elif a is not None or b is not None:
+        out["calibration"] = b if b is not None else a
+    return out
 
 
 def save(k: dict, verify_s: dict[int, float], proposers: dict[str, dict] | None = None) -> Path | None:
@@ -158,7 +178,8 @@ def save(k: dict, verify_s: dict[int, float], proposers: dict[str, dict] | None 
     path = path_of(k)
     data = {"key": k, "verify_s": {str(m): s for m, s in sorted(verify_s.items())},
             "proposers": {n: {"draft_round_s": {str(m): s for m, s in sorted(e["draft_round_s"].items())},
-                              "reached": e["reached"], "accepted": e["accepted"], "by_key": e.get("by_key", {})}
+                              "reached": e["reached"], "accepted": e["accepted"], "by_key": e.get("by_key", {}),
+                              **{f: e[f] for f in ("step_s", "calibration") if f in e}}
                           for n, e in (proposers or {}).items()},
             "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     try:

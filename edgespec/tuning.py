@@ -42,6 +42,7 @@ class DraftLength(TreeShapes):
         self.alternatives = CostModel(prior_accept=0.3, verify_s=self.cost.verify_s)
         self.outcomes = Outcomes()  # drafted rounds as they turned out against expected (a correction, >= 1)
         self.calibration = Calibration()  # how often a drafted token passes, by the draft's confidence in it
+        self.step_s: float | None = None  # one draft step as the draft model timed it (DraftModelProposer.step_s)
         self._declined: dict[object, int] = {}
         self.fallback_rounds = fallback_rounds  # plain rounds before probing again, when drafting is far behind
         self.margin = margin  # speculate only if expected to cost under margin * a plain token
@@ -189,20 +190,20 @@ class DraftLength(TreeShapes):
         self._failed_probes = 0
 
     def confidence_stop(self, rows: int, reach: float = 1.0, active: bool = True,
-                        step_s: float | None = None, least: int = 0) -> ConfidenceStop | None:
+                        least: int = 0) -> ConfidenceStop | None:
         """For a round this part drafts by cost after `rows` - 1 tokens of earlier parts (which all pass with chance
         `reach`): where its draft model stops, by its confidence in each token (costs.ConfidenceStop), a token
         valued at what one costs when speculating (the best K's expected time per token, at most a plain step's).
         active=False: a learning round, whose length is fixed: only its confidences are noted; least: tokens drafted
-        whatever the confidence (a probe's first, which must be tested). step_s: a draft step
-        as the proposer timed it (default: from the round costs, whose lengths mix rounds that caught up on the last
-        one's tokens and rounds that ended in a step whose token was not kept). None: not timed yet."""
+        whatever the confidence (a probe's first, which must be tested). A draft step is priced as its proposer
+        timed it (step_s), else from the round costs, whose lengths mix rounds that caught up on the last one's
+        tokens and rounds that ended in a step whose token was not kept. None: not timed yet."""
         c = self.cost
         plain, (_, per_token), one = c.t_verify(1), c.best_k(max(1, self.k_max)), c.t_draft(1)
         if plain is None or per_token is None or one is None:
             return None
         two = c.t_draft(2)
-        step = step_s if step_s is not None else two - one if two is not None and two > one else one
+        step = self.step_s if self.step_s is not None else two - one if two is not None and two > one else one
         return ConfidenceStop(self.calibration, c.t_verify, rows, min(plain, per_token * self.outcomes.optimism()),
                               step, c.acceptances(self.k_max + 1), reach, active, least)
 
@@ -231,12 +232,15 @@ class DraftLength(TreeShapes):
 
     def seed(self, measured: dict, weight: float = 8.0) -> None:
         """Start from what an earlier run measured for this proposer (profile.py, from `edgespec tune`): its draft
-        round costs, and its acceptance by position worth at most `weight` rounds, so the text at hand soon
-        outweighs it. The warm-up rounds are skipped: they would measure what is known. Where those figures say
+        round costs and step, its acceptance by position worth at most `weight` rounds, so the text at hand soon
+        outweighs it, and its calibration (what its confidence is worth) worth at most 4 x weight tokens. The warm-up rounds are skipped: they would measure what is known. Where those figures say
         drafting clearly does not pay, the policy starts in a fallback, as after a probe that said so."""
         c = self.cost
         for n, s in sorted(measured["draft_round_s"].items()):
             c.observe_draft(n, s)
+        self.step_s = measured.get("step_s", self.step_s)
+        if "calibration" in measured:
+            self.calibration.seed(measured["calibration"], 4 * weight)
         for key, counts in measured.get("by_key", {}).items():  # e.g. a lookup's acceptance per match length
             seed_counts(self.alternatives if key == ALTERNATIVES else self.keyed(key), counts, weight)
         if seed_counts(c, measured, weight):
@@ -252,13 +256,19 @@ class DraftLength(TreeShapes):
 
     def learned(self) -> dict:
         """What this policy measured, as a profile entry (profile.py): draft round costs, acceptance by position,
-        and acceptance by kind of proposal (a lookup's match length), a tree's alternatives among them."""
+        and acceptance by kind of proposal (a lookup's match length), a tree's alternatives among them; for a draft
+        model that timed them, its step and its calibration."""
         c = self.cost
         kinds = {**{str(k): m for k, m in self.by_key.items()}, ALTERNATIVES: self.alternatives}
-        return {"draft_round_s": {n: t for n, t in c.draft_round_s.items() if t > 0},
-                "reached": list(c.reached), "accepted": list(c.accepted),
-                "by_key": {k: {"reached": list(m.reached), "accepted": list(m.accepted)}
-                           for k, m in kinds.items() if m.reached and m.reached[0] > 0}}
+        out = {"draft_round_s": {n: t for n, t in c.draft_round_s.items() if t > 0},
+               "reached": list(c.reached), "accepted": list(c.accepted),
+               "by_key": {k: {"reached": list(m.reached), "accepted": list(m.accepted)}
+                          for k, m in kinds.items() if m.reached and m.reached[0] > 0}}
+        if self.step_s is not None and self.step_s > 0:
+            out["step_s"] = self.step_s
+        if sum(self.calibration.tested) > 0:
+            out["calibration"] = {"tested": list(self.calibration.tested), "passed": list(self.calibration.passed)}
+        return out
 
     def keyed(self, key: object) -> CostModel:
         """The acceptance estimates for proposals of this kind (None: all of them together)."""

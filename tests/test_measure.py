@@ -165,6 +165,7 @@ def test_tune_writes_a_profile_the_next_engine_starts_from(tiny_pair, profiles):
     known = profile.load(profile.key(str(tiny_pair[0]), 2, 0))
     assert set(known.proposers) == {t.draft_name, "lookup 2-4"} and len(known.verify_s) == 16
     assert known.proposers["lookup 2-4"] == t.lookup_entry and t.lookup_entry["draft_round_s"]
+    assert known.proposers[t.draft_name]["step_s"] > 0  # a draft step as the draft model timed it
     with edgespec.Engine.load(tiny_pair[0], draft=tiny_pair[1], n_ctx=4096, n_threads=2, draft_max=4) as e:
         r = e.generate(e.tokenize("the cat sat on the"), max_tokens=16)
         assert e.costs_from == "profile"

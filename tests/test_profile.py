@@ -150,3 +150,34 @@ def test_an_engine_adds_what_it_learned_to_the_profile_when_it_closes(profiles, 
     assert seeded.use_profile([seeded.proposer])
     assert seeded.policy(seeded.proposer).cost.draft_round_s  # the next engine starts from it
     seeded.close(remember=False)
+
+
+def test_a_draft_models_step_and_calibration_round_trip_and_seed_the_next_process(profiles, tiny_pair):
+    # What its confidence is worth (how often tokens drafted at each confidence passed) and what one draft step costs
+    # are the draft model's on this machine, not the text's: a new process starts from them, not from "chance =
+    # confidence" and a step read off round costs.
+    from edgespec.tuning import DraftLength
+
+    k = profile.key(str(tiny_pair[0]), 2, 0)
+    name = profile.proposer_name(profile.key(str(tiny_pair[1]), 2, 0))
+    learned = DraftLength(8, True)
+    learned.cost.observe_draft(2, 0.004)
+    learned.step_s = 0.0015
+    for _ in range(300):
+        learned.calibration.observe([0.45, 0.95], 2)  # an under-confident draft model: its 0.45s pass
+    entry = learned.learned()
+    assert entry["step_s"] == 0.0015 and sum(entry["calibration"]["tested"]) > 0
+    profile.save(k, {1: 0.01, 2: 0.012}, {name: entry})
+    back = profile.load(k).proposers[name]
+    assert back["step_s"] == 0.0015 and back["calibration"] == entry["calibration"]
+    fresh = DraftLength(8, True)
+    fresh.seed(back)
+    assert fresh.step_s == 0.0015
+    assert fresh.calibration.chance(0.45) > 0.8  # learned, not the prior 0.45
+    assert sum(fresh.calibration.tested) <= 32 + 1e-9  # worth a few rounds' tokens: the text soon outweighs it
+    merged = profile.merge(back, {**entry, "step_s": 0.002})
+    assert merged["step_s"] == 0.002
+    assert merged["calibration"]["tested"] == [1.5 * t for t in entry["calibration"]["tested"]]
+    damaged = {**entry, "calibration": {"tested": [1.0] * 10, "passed": [2.0] * 10}}  # more passed than tested
+    profile.save(k, {1: 0.01, 2: 0.012}, {name: damaged})
+    assert profile.load(k) is None

@@ -643,9 +643,9 @@ def test_a_confidence_stop_prices_a_draft_step_as_the_proposer_timed_it():
     c = model({m: 1.0 + 0.05 * (m - 1) for m in range(1, 18)}, 0.1, [0.9] * 9)
     c.draft_round_s = {1: 0.2, 2: 0.7, 8: 1.0}
     d = DraftLength(8, True, c)
-    assert d.confidence_stop(1).step_s == pytest.approx(0.5)  # (without a timed step: from the round costs)
-    stop = d.confidence_stop(1, step_s=0.1)
+    mixed = d.confidence_stop(1)  # without a timed step: from the round costs; the round ends after a sure token
+    assert mixed.step_s == pytest.approx(0.5) and mixed.keep(0, 0.95) and not mixed.further(0)
+    d.step_s = 0.1  # as the draft model timed it (the chain passes it on)
+    stop = d.confidence_stop(1)
     assert stop.step_s == pytest.approx(0.1)
     assert stop.keep(0, 0.95) and stop.further(0)
-    mixed = d.confidence_stop(1)  # the mixed figure: the same sure token, and the round ends after it
-    assert mixed.keep(0, 0.95) and not mixed.further(0)
