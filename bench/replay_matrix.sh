@@ -6,6 +6,7 @@
 #   bench/replay_matrix.sh compute TAG         the Q4_K_M pair, learning from prompt to prompt and --fresh
 #   bench/replay_matrix.sh seeds TAG           the noisy settings with seeds 1-5
 #   bench/replay_matrix.sh fixedk TAG          the adaptive draft model against fixed K = 2, 3, 4, 6, 8
+#   bench/replay_matrix.sh fresh TAG           the F16 pair, every prompt a new process's first (--fresh)
 #   bench/replay_matrix.sh latency REC NAME    a recording with 0, 0.5, 2 and 10 ms on every target decode
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,8 +50,13 @@ case "${1:-}" in
     run "fixedk-flat-$tag" bench/results/replay-memory.json --tune --skip 1 "${ks[@]}" --verify-slope 0.03
     run "fixedk-held-memory-bound-$tag" bench/results/replay-heldout-memory.json --costs-from bench/results/replay-memory.json "${ks[@]}" --target-scale 1.35 --verify-slope 0.12
     run "fixedk-held-recorded-$tag" bench/results/replay-heldout-memory.json --costs-from bench/results/replay-memory.json "${ks[@]}" ;;
+  fresh)
+    tag=${2:?a tag for this code}
+    m=(--modes plain,draft,lookup,hybrid --fresh)
+    run "fresh-recorded-$tag" bench/results/replay-memory.json --tune --skip 1 "${m[@]}"
+    run "fresh-memory-bound-$tag" bench/results/replay-memory.json --tune --skip 1 "${m[@]}" --target-scale 1.35 --verify-slope 0.12 ;;
   latency)
     rec=${2:?a recording}; name=${3:?a name for the logs}
     for ms in 0 0.5 2 10; do run "$name-latency-$ms" "$rec" --tune --skip 1 --latency-ms "$ms"; done ;;
-  *) echo "usage: $0 settings TAG | compute TAG | seeds TAG | fixedk TAG | latency RECORDING NAME" >&2; exit 2 ;;
+  *) echo "usage: $0 settings TAG | compute TAG | seeds TAG | fixedk TAG | fresh TAG | latency RECORDING NAME" >&2; exit 2 ;;
 esac
