@@ -209,7 +209,10 @@ class Calibration:
         self.passed = self.passed or [0.0] * self.bins
 
     def seed(self, counts: dict, weight: float) -> None:
-        """Start from an earlier run's counts (profile.py), worth at most `weight` tokens in all."""
+        """Start from an earlier run's counts (profile.py), worth at most `weight` tokens in all; counts in another
+        number of bins are not these bins' and are left out."""
+        if len(counts["tested"]) != self.bins or len(counts["passed"]) != self.bins:
+            return
         f = min(1.0, weight / max(sum(counts["tested"]), 1e-9))
         self.tested = [t * f for t in counts["tested"]]
         self.passed = [p * f for p in counts["passed"]]

@@ -297,8 +297,9 @@ class Recording:
         target_says = [{p: text[p + 1] for p in range(start - 1, len(text) - 1)} for text, start in zip(texts, starts)]
         draft_says = [{start - 1 + i: tok for i, tok in enumerate(t["draft"])} for t, start in
                       zip(self.data["texts"], starts)]
-        sure = [{start - 1 + i: p for i, p in enumerate(t["draft_p"])} for t, start in zip(self.data["texts"], starts)] \
-            if all("draft_p" in t for t in self.data["texts"]) else None
+        recorded = self.data["texts"]
+        sure = [{start - 1 + i: p for i, p in enumerate(t["draft_p"])} for t, start in zip(recorded, starts)] \
+            if all("draft_p" in t for t in recorded) else None
         models = [RecordedVocab(self.path, vocab["n_vocab"], vocab["eog"], vocab["bos"]) for _ in range(2)]
         filler = vocab["filler"]
         threads = self.data.get("threads", 2)

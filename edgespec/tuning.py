@@ -233,8 +233,9 @@ class DraftLength(TreeShapes):
     def seed(self, measured: dict, weight: float = 8.0) -> None:
         """Start from what an earlier run measured for this proposer (profile.py, from `edgespec tune`): its draft
         round costs and step, its acceptance by position worth at most `weight` rounds, so the text at hand soon
-        outweighs it, and its calibration (what its confidence is worth) worth at most 4 x weight tokens. The warm-up rounds are skipped: they would measure what is known. Where those figures say
-        drafting clearly does not pay, the policy starts in a fallback, as after a probe that said so."""
+        outweighs it, and its calibration (what its confidence is worth) worth at most 4 x weight tokens. The
+        warm-up rounds are skipped: they would measure what is known. Where those figures say drafting clearly does
+        not pay, the policy starts in a fallback, as after a probe that said so."""
         c = self.cost
         for n, s in sorted(measured["draft_round_s"].items()):
             c.observe_draft(n, s)

@@ -178,6 +178,9 @@ def test_a_draft_models_step_and_calibration_round_trip_and_seed_the_next_proces
     merged = profile.merge(back, {**entry, "step_s": 0.002})
     assert merged["step_s"] == 0.002
     assert merged["calibration"]["tested"] == [1.5 * t for t in entry["calibration"]["tested"]]
+    other = DraftLength(8, True)  # counts in another number of bins are not these bins': left out, not misread
+    other.seed({**back, "calibration": {"tested": [5.0] * 4, "passed": [5.0] * 4}})
+    assert other.calibration.tested == [0.0] * 10 and other.calibration.chance(0.95) == pytest.approx(0.95)
     damaged = {**entry, "calibration": {"tested": [1.0] * 10, "passed": [2.0] * 10}}  # more passed than tested
     profile.save(k, {1: 0.01, 2: 0.012}, {name: damaged})
     assert profile.load(k) is None
