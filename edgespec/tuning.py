@@ -54,10 +54,12 @@ class DraftLength(TreeShapes):
         self._failed_probes = 0  # probes in a row after which drafting still did not pay
         self._probe = ""  # "pending": asked for, not yet drafted and tested; "done": its verdict is next
         self._probe_next_text = False  # a probe put off to the next text's start (defer_probe)
+        self._planned = False  # the last decide() was for a round planned behind a free part (a chain)
         self.probe_rounds = 2  # drafted rounds a probe lasts: one round's acceptance is too thin a verdict
         self._probe_left = 0
         self._tested = 0  # drafted rounds of the current text whose tokens were tested
         self._after_probe = False  # in a chain: a probe has ended, and the plan's next verdict is its verdict
+        self.futile_evidence = 24.0  # rounds over many texts before futile() may judge from their rate
         self.text_memory = 2.0  # at a new text, what earlier texts showed counts as at most this many rounds
         self.warm_up_rounds = 3
         self.explore_every = explore_every  # every n-th round drafts one more than the best K, to keep learning
@@ -70,14 +72,15 @@ class DraftLength(TreeShapes):
         many texts rather than the last one's (CostModel.restart). Costs belong to the machine and carry over, and
         so does a fallback's backoff. A text begun in a fallback is probed at once, while the draft model has just
         read its prompt (a probe later in the text first catches up on everything it skipped), unless no text could
-        make drafting pay (hopeless()): then the wait goes on across texts, and the proposer stands aside
+        make drafting pay (hopeless()) or no probe could show it (futile()): then the wait goes on across texts, and
+        the proposer stands aside
         (standing_aside: it does not even read the prompts); a probe put off to a new text (defer_probe) waits too,
         for a text where drafting could pay (a probe's acceptance cannot change a hopeless verdict, and on a short
         answer the prompt it reads costs more than the text)."""
         for c in (self.cost, *self.by_key.values()):
             c.restart(self.text_memory)
         self._tested = 0
-        if self._plain_left > 0 and not self.hopeless():
+        if self._plain_left > 0 and not self.hopeless() and (self._probe_next_text or not self.futile()):
             self._plain_left = 1
             self._probe_next_text = False
 
@@ -90,6 +93,31 @@ class DraftLength(TreeShapes):
         costs = [c.round_cost(k) for k in range(1, self.k_max + 1)]
         best = min((t / (k + 1) for k, t in enumerate(costs, 1) if t is not None), default=None)
         return bool(plain) and best is not None and best * self.outcomes.time_factor() >= self.margin * plain
+
+    def futile(self) -> bool:
+        """A probe at a new text could not change the verdict: drafting would not pay even if every drafted token
+        passed (hopeless()), or even after a probe in which every token passed (probe_rounds rounds of k_max tokens
+        on the rates seen over many texts, judged as decide() judges a probe). A probe tests a few tokens: where the
+        draft passes nearly all of them already (a quantised copy of the target) and drafting would pay only if it
+        passed all but a few in a thousand, no probe can tell such a text apart, and each costs its rounds and the
+        prompt it reads (SmolLM2 over a 2 ms link: 3% on every text). Judged only once those rates rest on
+        futile_evidence rounds: from a text or two they could shut out every later text that suits the draft,
+        with no probe left to correct them. A wait still ends in a probe (decide()), its length doubling after
+        each that failed, so the rates are tested again now and then."""
+        if self.hopeless():
+            return True
+        c, plain = self.cost, self.cost.t_verify(1)
+        if not plain or self.k_max <= 0 or c.t_draft(1) is None or \
+                not c.base_reached or c.base_reached[0] < self.futile_evidence:
+            return False
+        trial = CostModel(c.alpha, c.decay, c.prior_accept, c.prior_weight, verify_s=c.verify_s,
+                          draft_round_s=c.draft_round_s, draft_s=c.draft_s, reached=list(c.reached),
+                          accepted=list(c.accepted))
+        for _ in range(self.probe_rounds):
+            trial.observe_acceptance(self.k_max, self.k_max)
+        per_token = trial.best_k(self.k_max)[1]
+        verdict = self.clearly_behind if self._planned else self.margin  # (as decide() falls back)
+        return per_token is not None and per_token * self.outcomes.time_factor() >= verdict * plain
 
     def defer_probe(self) -> None:
         """The probe due now would first have its proposer read more than the probe is worth (a draft model that
@@ -105,6 +133,7 @@ class DraftLength(TreeShapes):
         planned by expected gain afterwards (plan(): behind a free part, which weighs this part against the free
         part alone and against plain per round), so only a proposer clearly behind plain falls back; near
         break-even the plan chooses, round by round, without the fallback's waits and catch-ups."""
+        self._planned = planned
         limit = self.k_max if k_max is None else k_max
         k_max = min(limit, cap)
         if k_max <= 0:

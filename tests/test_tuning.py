@@ -122,6 +122,40 @@ def test_a_new_text_is_probed_at_once_after_a_fallback_near_break_even():
     assert not d.hopeless() and not d.standing_aside() and d.decide(100).reason == "probe"
 
 
+def _near_perfect_draft(rounds: int) -> DraftLength:
+    """A draft that passes 97% of its tokens (the target's own model, quantised) over `rounds` rounds of 8, each
+    step 75% of a target step, each verify row 10%: at full acceptance K=8 would cost (0.17 + 0.6) / 9 = 0.086
+    s/token (not hopeless: 0.86x plain), at 0.97 drafting is just behind the 8% margin."""
+    c = CostModel(verify_s={m: 0.1 * (1 + 0.1 * (m - 1)) for m in range(1, 18)}, draft_s=0.075)
+    c.reached, c.accepted = [float(rounds)] * 8, [0.97 * rounds] * 8
+    c.base_reached, c.base_accepted, c.n_observed = list(c.reached), list(c.accepted), 100
+    return DraftLength(8, adaptive=True, cost=c)
+
+
+def test_a_new_text_is_not_probed_where_no_probe_could_change_the_verdict():
+    d = _near_perfect_draft(40)
+    assert d.decide(100).reason == "fallback" and not d.hopeless()
+    # even a probe whose 16 tokens all passed leaves the estimate (at a new text, the rates over many texts worth
+    # two rounds) where drafting does not pay: the wait goes on across texts, no prompt read, no probe
+    d.new_text()
+    assert d.futile() and d.standing_aside() and d.decide(100).reason == "fallback"
+    d.defer_probe()  # ... but a probe put off to the next text comes there (or the verdict is never tested)
+    d.new_text()
+    assert not d.standing_aside() and d.decide(100).reason == "probe"
+    # on a text or two of evidence the same rates are not trusted that far: the new text is probed at once
+    d = _near_perfect_draft(10)
+    assert d.decide(100).reason == "fallback"
+    d.new_text()
+    assert not d.futile() and d.decide(100).reason == "probe"
+    # behind a free part (a chain) a probe's verdict is the plan's, which falls back only where drafting is clearly
+    # behind (decide(planned=True)): the same probe could change that verdict
+    d = _near_perfect_draft(40)
+    d._plain_left = 5
+    assert d.decide(100, planned=True).reason == "fallback"
+    d.new_text()
+    assert not d.futile() and d.decide(100, planned=True).reason == "probe"
+
+
 def test_behind_a_free_part_only_a_proposer_clearly_behind_plain_falls_back():
     # best K=1 at (0.1 + 0.02) / 1.2 = 0.1 s/token: 1.0x plain. Alone: a fallback (the 8% margin). Planned behind
     # prompt lookup: the plan weighs it round by round against lookup alone and plain, so no fallback ...
