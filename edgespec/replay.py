@@ -23,8 +23,10 @@ Greedy chains only: sampling needs the models' distributions, a tree the draft's
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 import os
+import statistics
 import tempfile
 import time
 from dataclasses import dataclass
@@ -96,22 +98,43 @@ class Clock:
     """Virtual seconds: advanced by the decodes a replay charges, each times exp(N(0, noise)) / its mean (a seeded
     lognormal, so a noisy replay is as repeatable as a quiet one), and by `tick` at each reading: what takes no
     decode (prompt lookup, Python) still takes some time, as it does for real, where the policies treat a proposer
-    that costs nothing measurable apart from one that was never timed."""
+    that costs nothing measurable apart from one that was never timed.
+
+    A decode that names itself (`key`: which model, what it holds, how many tokens and rows) draws its noise from
+    the seed, that key and how many times the key came before, so the same decode costs the same in every mode and
+    under every version of the policies (common random numbers): two versions replayed with noise differ by what
+    they decode, not by where each stands in one shared stream of draws (which moved a mode whose code had not
+    changed by 1-2%)."""
 
     def __init__(self, noise: float = 0.0, seed: int = 0, tick: float = 1e-6) -> None:
         self.t = 0.0
-        self.noise, self.tick = noise, tick
+        self.noise, self.tick, self.seed = noise, tick, seed
         self._rng = np.random.default_rng(seed)
+        self._seen: dict[tuple, int] = {}
 
     def now(self) -> float:
         self.t += self.tick
         return self.t
 
-    def spend(self, seconds: float) -> float:
+    def spend(self, seconds: float, key: tuple | None = None) -> float:
         if self.noise > 0:
-            seconds *= math.exp(self.noise * self._rng.standard_normal() - self.noise ** 2 / 2)
+            if key is None:
+                z = self._rng.standard_normal()
+            else:  # the n-th decode of its kind draws anew (a timing repeated is not the same timing)
+                n = self._seen[key] = self._seen.get(key, -1) + 1
+                z = _normal(self.seed, (*key, n))
+            seconds *= math.exp(self.noise * z - self.noise ** 2 / 2)
         self.t += seconds
         return seconds
+
+
+def _normal(seed: int, key: tuple) -> float:
+    """A standard normal draw that depends on (seed, key) only."""
+    digest = hashlib.blake2b(repr((seed, key)).encode(), digest_size=8).digest()
+    return _NORMAL.inv_cdf((int.from_bytes(digest, "little") + 0.5) / 2 ** 64)
+
+
+_NORMAL = statistics.NormalDist()
 
 
 # what the models predict ----------------------------------------------------------------------------------
@@ -159,8 +182,8 @@ class ReplayContext:
     branches = 1
 
     def __init__(self, model, oracle: Oracle, curve: Curve, clock: Clock, n_ctx: int = DEFAULT_CTX,
-                 n_threads: int = 2) -> None:
-        self.model, self.oracle, self.curve, self.clock = model, oracle, curve, clock
+                 n_threads: int = 2, role: str = "target") -> None:
+        self.model, self.oracle, self.curve, self.clock, self.role = model, oracle, curve, clock, role
         self.n_ctx, self.n_threads = n_ctx, n_threads
         self.tokens: list[int] = []
         self.llama_s = 0.0
@@ -175,7 +198,9 @@ class ReplayContext:
                                        f"{self.n_ctx}-token context")
         base = len(self.tokens)
         self.tokens.extend(tokens)
-        self.llama_s += self.clock.spend(self.curve(len(tokens), len(logit_rows))) if tokens else 0.0
+        if tokens:  # (the key: this decode and no other, whatever ran before it)
+            key = (self.role, base, len(tokens), len(logit_rows), hash(tuple(self.tokens)))
+            self.llama_s += self.clock.spend(self.curve(len(tokens), len(logit_rows)), key)
         out = np.zeros((len(logit_rows), self.model.n_vocab), dtype=np.float32)
         if len(logit_rows):
             text = self.oracle.text_of(self.tokens)
@@ -304,7 +329,7 @@ class Recording:
         filler = vocab["filler"]
         threads = self.data.get("threads", 2)
         tctx = ReplayContext(models[0], Oracle(texts, target_says, filler), target, clock, n_ctx, threads)
-        dctx = ReplayContext(models[1], Oracle(texts, draft_says, filler, sure), draft, clock, n_ctx, threads)
+        dctx = ReplayContext(models[1], Oracle(texts, draft_says, filler, sure), draft, clock, n_ctx, threads, "draft")
         proposer = DraftModelProposer(dctx, vocab["n_vocab"], p_min=draft_p_min)
         if lookup:
             proposer = HybridProposer(proposer)

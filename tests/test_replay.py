@@ -90,6 +90,22 @@ def test_a_replay_is_repeatable_and_noise_is_seeded(recording):
     assert times(0.2) == times(0.2) != times(0.0)
 
 
+def test_a_decode_costs_the_same_whatever_ran_before_it():
+    """Common random numbers: a decode's noise follows from the seed and the decode, not from its place in one
+    stream of draws, so two versions of the policies replayed with noise differ only where they decode differently;
+    a decode repeated (a timing taken again) draws anew."""
+    a, b = Clock(0.2, seed=3), Clock(0.2, seed=3)
+    a.spend(1.0, ("target", 0, 5, 5, 11))
+    b.spend(1.0, ("draft", 7, 1, 1, 12))
+    b.spend(1.0, ("draft", 8, 1, 1, 13))
+    same = ("target", 40, 1, 1, 99)
+    assert a.spend(1.0, same) == b.spend(1.0, same)
+    assert a.spend(1.0, same) != a.spend(1.0, same)  # the 2nd and 3rd time: new draws
+    assert Clock(0.2, seed=4).spend(1.0, same) != Clock(0.2, seed=3).spend(1.0, same)
+    draws = [Clock(0.2, seed=s).spend(1.0, same) for s in range(400)]
+    assert abs(sum(draws) / len(draws) - 1.0) < 0.05  # the lognormal's mean is the cost
+
+
 def test_it_leaves_the_clock_and_the_users_profiles_alone(recording, tmp_path, monkeypatch):
     monkeypatch.setenv("EDGESPEC_PROFILES", str(tmp_path))
     clock = Clock()
