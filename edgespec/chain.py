@@ -174,6 +174,8 @@ class Chain:
                     if link.stop is not None and link.stop.active:  # the draft's confidence decides how far
                         k = most if behind_free else \
                             min(cap, policy.k_max if self.k_max is None else self.k_max) - len(tokens)
+                    if link.stop is not None:
+                        link.stop.most = k
                 stop = {"stop": link.stop} if link.stop is not None else {}
                 prop = link.part.propose(context, k, sampling, rng, guide=guide, **stop) if guide is not None else \
                     link.part.propose(context, k, sampling, rng, alternatives=True,

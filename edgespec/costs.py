@@ -239,12 +239,18 @@ class ConfidenceStop:
     """While a draft model drafts one round, whether the next token is worth its place: a drafted token adds one
     verify row, and what it brings is a token with the chance that it and every token before it in the round pass
     (each by its own confidence, Calibration), worth what a token costs when speculating (`value`, seconds). Before
-    token i: keep it only if that chance times the value pays for its row (keep); after it: draft one more only if
-    the next token, passing as the position's average does (`accept`), is expected to pay for its row and the draft
-    step (further). So a round goes on while the draft model is sure and stops where it hesitates, at lengths the
-    costs decide rather than a fixed threshold: on a flat verify curve a row costs little and a doubtful token is
-    still worth trying. The first `least` tokens are kept whatever their confidence (a probe must test one). It looks
-    at the draft's distribution only, never at the target, so sampling stays exact."""
+    token i: keep it only if it pays for its row (keep); after it: draft one more only if the next token, passing as
+    the position's average does (`accept`), is expected to pay for its row and the draft step (further). So a round
+    goes on while the draft model is sure and stops where it hesitates, at lengths the costs decide rather than a
+    fixed threshold: on a flat verify curve a row costs little and a doubtful token is still worth trying.
+
+    A token pays for its row together with the tokens it opens the way to (at their positions' average, each a draft
+    step more, up to `most` in the round): a verify curve need not rise evenly. Over a network a second row can cost
+    four times the first (SmolLM2 on an rpc-server 10 ms away: T_v(2) = 4.5 T_v(1), T_v(6) = 4.5-4.7), and this
+    machine's F16 target pays 0.67 of a step for a second row, 0.27 for the next two together: judged alone, a
+    first token never paid for its row there, and a draft model that passed nearly every token drafted none (0.80x
+    of plain where a fixed K of 4 made 1.57x). The first `least` tokens are kept whatever their confidence (a probe
+    must test one). It looks at the draft's distribution only, never at the target, so sampling stays exact."""
 
     def __init__(self, calibration: Calibration, t_verify, rows: int, value: float, step_s: float,
                  accept: Sequence[float], reach: float = 1.0, active: bool = True, least: int = 0) -> None:
@@ -253,15 +259,28 @@ class ConfidenceStop:
         self.reach = reach  # the chance that everything before this part's next token passes
         self.active = active  # False: only note the confidences (a learning round drafts its length whole)
         self.least = least  # tokens kept whatever their confidence (a probe tests at least one)
+        self.most = len(accept)  # the most tokens this round may draft (the caller sets it)
         self.confidence: list[float] = []  # of the tokens kept
 
-    def _row(self, i: int) -> float:
-        """What the verify row of this part's token i adds."""
-        return self.t_verify(self.rows + i + 1) - self.t_verify(self.rows + i)
+    def _a(self, i: int) -> float:
+        return self.accept[i] if i < len(self.accept) else (self.accept[-1] if self.accept else 0.5)
+
+    def _pays(self, i: int, chance: float, drafted: bool) -> bool:
+        """Whether token i, passing with `chance` (those before it included), and some run of tokens after it
+        (each passing at its position's average, each a draft step more) are worth more than their rows and steps
+        cost; drafted: token i's own step is spent already."""
+        start, gain = self.t_verify(self.rows + i), 0.0
+        for h in range(max(1, self.most - i)):
+            if h:
+                chance *= self._a(i + h)
+            gain += chance * self.value
+            if gain >= self.t_verify(self.rows + i + h + 1) - start + (h + (not drafted)) * self.step_s:
+                return True
+        return False
 
     def keep(self, i: int, p: float) -> bool:
         chance = self.reach * self.calibration.chance(p)
-        if self.active and i >= self.least and chance * self.value < self._row(i):
+        if self.active and i >= self.least and not self._pays(i, chance, True):
             return False
         self.reach = chance
         self.confidence.append(p)
@@ -270,8 +289,7 @@ class ConfidenceStop:
     def further(self, i: int) -> bool:
         if not self.active or i + 1 < self.least:
             return True
-        a = self.accept[i + 1] if i + 1 < len(self.accept) else (self.accept[-1] if self.accept else 0.5)
-        return self.reach * a * self.value >= self._row(i + 1) + self.step_s
+        return self._pays(i + 1, self.reach * self._a(i + 1), False)
 
 
 def seed_counts(c: CostModel, counts: dict, weight: float) -> bool:

@@ -669,6 +669,32 @@ def test_a_confidence_stop_keeps_a_token_while_its_chance_pays_for_its_row():
     assert learning.keep(0, 0.2) and learning.further(0) and learning.confidence == [0.2]
 
 
+def test_a_first_token_pays_for_its_row_with_the_tokens_it_opens_the_way_to():
+    # A step-shaped verify curve (a second row's logits crossing a network, an F16 target here): the second row
+    # costs 1.5 of a token's worth, each after it 0.02. Alone, a sure first token (0.9 x 1.0 < 1.5) never paid
+    # for its row and the draft drafted nothing; with four more at the average 0.9 behind it, the five bring
+    # 0.9 + 0.81 + 0.729 + 0.656 + 0.59 = 3.69 for rows and steps of 1.5 + 4 x 0.02 + 4 x 0.05 = 1.78.
+    from edgespec.costs import Calibration, ConfidenceStop
+
+    def verify(m):
+        return 1.0 if m == 1 else 2.5 + 0.02 * (m - 2)
+
+    def stop(most):
+        s = ConfidenceStop(Calibration(prior_weight=1e9), verify, rows=1, value=1.0, step_s=0.05, accept=[0.9] * 8)
+        s.most = most
+        return s
+
+    s = stop(5)
+    assert s.keep(0, 0.9) and s.further(0)  # the next: 0.81 for a row of 0.02 and a step of 0.05
+    assert s.keep(1, 0.9) and s.reach == pytest.approx(0.81)
+    assert not stop(1).keep(0, 0.9)  # where the round may draft one token, that token alone must pay: it does not
+    assert not stop(5).keep(0, 0.3)  # nor a doubtful one: 0.3 + 0.27 + ... = 1.23 at most, under its rows
+    # where rows rise evenly, what comes after a token cannot pay for it (each brings less than the one before)
+    even = ConfidenceStop(Calibration(prior_weight=1e9), lambda m: 1.0 + 0.95 * (m - 1), rows=1, value=1.0,
+                          step_s=0.0, accept=[0.9] * 8)
+    assert not even.keep(0, 0.9)
+
+
 def test_a_confidence_stop_prices_a_draft_step_as_the_proposer_timed_it():
     # Round costs by length mix rounds that first read the last round's tokens and rounds that ended in a step whose
     # token was not kept: here T_d(2) - T_d(1) reads as 0.5 of a plain step where a step costs 0.1. Priced so, a
