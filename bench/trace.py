@@ -2,6 +2,7 @@
 draft model's cost estimates after each prompt. For finding where a mode loses time, not for speed-ups (bench).
 
     bench/trace.py -m TARGET -d DRAFT --category writing --category chat [--modes plain,draft] [--rpc HOST:PORT]
+    bench/trace.py ... --rpc 127.0.0.1:50052 --delay-ms 2      (a local rpc-server behind bench/rpc.py's proxy)
 
 Each round prints as "reason drafted/accepted ms" (reasons as in GenerationStats.rounds_by_reason). Run alone.
 """
@@ -28,9 +29,14 @@ def main() -> None:
     ap.add_argument("-n", "--max-tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rpc", default="", help="rpc-servers for the target, HOST:PORT[,HOST:PORT...]")
+    ap.add_argument("--delay-ms", type=float, help="reach each --rpc server (on this machine) through bench/rpc.py's "
+                                                   "proxy, every chunk held this long each way (0: the proxy alone)")
     a = ap.parse_args()
-    engine = Engine.load(a.target, a.draft, n_threads=a.threads, n_ctx=4096, lookup=a.lookup,
-                         rpc=[x for x in a.rpc.split(",") if x])
+    rpc = [x for x in a.rpc.split(",") if x]
+    if a.delay_ms is not None:
+        from rpc import DelayProxy
+        rpc = [f"127.0.0.1:{DelayProxy(int(x.rsplit(':', 1)[1]), a.delay_ms / 1000).port}" for x in rpc]
+    engine = Engine.load(a.target, a.draft, n_threads=a.threads, n_ctx=4096, lookup=a.lookup, rpc=rpc)
     by = collections.defaultdict(list)
     for item in builtin():
         by[item.category].append(item)
