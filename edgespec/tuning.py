@@ -73,10 +73,9 @@ class DraftLength(TreeShapes):
         so does a fallback's backoff. A text begun in a fallback is probed at once, while the draft model has just
         read its prompt (a probe later in the text first catches up on everything it skipped), unless no text could
         make drafting pay (hopeless()) or no probe could show it (futile()): then the wait goes on across texts, and
-        the proposer stands aside
-        (standing_aside: it does not even read the prompts); a probe put off to a new text (defer_probe) waits too,
-        for a text where drafting could pay (a probe's acceptance cannot change a hopeless verdict, and on a short
-        answer the prompt it reads costs more than the text)."""
+        the proposer stands aside (standing_aside: it does not even read the prompts). A probe put off to a new text
+        (defer_probe) comes there, unless no text could make drafting pay (a probe's acceptance cannot change a
+        hopeless verdict, and on a short answer the prompt it reads costs more than the text)."""
         for c in (self.cost, *self.by_key.values()):
             c.restart(self.text_memory)
         self._tested = 0
@@ -100,7 +99,7 @@ class DraftLength(TreeShapes):
         on the rates seen over many texts, judged as decide() judges a probe). A probe tests a few tokens: where the
         draft passes nearly all of them already (a quantised copy of the target) and drafting would pay only if it
         passed all but a few in a thousand, no probe can tell such a text apart, and each costs its rounds and the
-        prompt it reads (SmolLM2 over a 2 ms link: 3% on every text). Judged only once those rates rest on
+        prompt it reads (SmolLM2 over a 2 ms link, replayed: 3% on every text). Judged only once those rates rest on
         futile_evidence rounds: from a text or two they could shut out every later text that suits the draft,
         with no probe left to correct them. A wait still ends in a probe (decide()), its length doubling after
         each that failed, so the rates are tested again now and then."""
