@@ -14,8 +14,9 @@ measurement (on the first prompt of each category, as the real one does) so the 
 the policies' estimates should be robust to it), drawn for that decode alone (the same decode costs the same in
 every mode and in every version of the code, so two versions differ where they decode differently),
 `--latency-ms L` adds L to every target decode (a target over rpc-servers), `--verify-slope S` replaces the
-target's verify curve by T(1) x (1 + S(m - 1)) (S near 0: a memory-bound GPU or laptop), `--target-scale X` makes every target decode X times dearer against the same draft (this
-machine's F16 target has slow, memory-bound spells: 96 ms a step with T(5) = 1.5 T(1), against 70 ms and 2.1),
+target's verify curve by T(1) x (1 + S(m - 1)) (S near 0: a memory-bound GPU or laptop), `--target-scale X` makes
+every target decode X times dearer against the same draft (this machine's F16 target has slow, memory-bound spells:
+96 ms a step with T(5) = 1.5 T(1), against 70 ms and 2.1),
 `--costs-from R` takes another recording's costs. Times are virtual seconds: every figure is exact for the costs
 given, and only for them.
 """
