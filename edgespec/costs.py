@@ -245,12 +245,13 @@ class ConfidenceStop:
     fixed threshold: on a flat verify curve a row costs little and a doubtful token is still worth trying.
 
     A token pays for its row together with the tokens it opens the way to (at their positions' average, each a draft
-    step more, up to `most` in the round): a verify curve need not rise evenly. Over a network a second row can cost
-    four times the first (SmolLM2 on an rpc-server 10 ms away: T_v(2) = 4.5 T_v(1), T_v(6) = 4.5-4.7), and this
-    machine's F16 target pays 0.67 of a step for a second row, 0.27 for the next two together: judged alone, a
-    first token never paid for its row there, and a draft model that passed nearly every token drafted none (0.80x
-    of plain where a fixed K of 4 made 1.57x). The first `least` tokens are kept whatever their confidence (a probe
-    must test one). It looks at the draft's distribution only, never at the target, so sampling stays exact."""
+    step more, up to `most` in the round): a verify curve need not rise evenly. This machine's F16 target pays 0.67
+    of a step for a second row, 0.27 for the next two together; a curve timed over an rpc-server 10 ms away had
+    T_v(2) = 4.5 T_v(1) and T_v(6) about the same (before each size was decoded once ahead of its timing, which
+    removed most of that step: Drafting.calibrate). Judged alone, a first token never paid for its row there, and a
+    draft model that passed nearly every token drafted none (0.80x of plain where a fixed K of 4 made 1.57x). The
+    first `least` tokens are kept whatever their confidence (a probe must test one). It looks at the draft's
+    distribution only, never at the target, so sampling stays exact."""
 
     def __init__(self, calibration: Calibration, t_verify, rows: int, value: float, step_s: float,
                  accept: Sequence[float], reach: float = 1.0, active: bool = True, least: int = 0) -> None:
