@@ -31,6 +31,7 @@ def main() -> None:
     ap.add_argument("--rpc", default="", help="rpc-servers for the target, HOST:PORT[,HOST:PORT...]")
     ap.add_argument("--delay-ms", type=float, help="reach each --rpc server (on this machine) through bench/rpc.py's "
                                                    "proxy, every chunk held this long each way (0: the proxy alone)")
+    ap.add_argument("--calibrations", type=int, default=1, help="time the verify curve this many times first")
     a = ap.parse_args()
     rpc = [x for x in a.rpc.split(",") if x]
     if a.delay_ms is not None:
@@ -45,8 +46,9 @@ def main() -> None:
     strategies = Strategies(engine)
     warm = engine.tokenize("Hello")
     strategies.generate("plain", warm, 8)
-    curve = engine.calibrate(range(1, 17))
-    print("verify curve (ms):", {m: round(t * 1000, 1) for m, t in curve.items()})
+    for _ in range(a.calibrations):
+        curve = engine.calibrate(range(1, 17))
+        print("verify curve (ms):", {m: round(t * 1000, 1) for m, t in curve.items()})
     for mode in modes:
         strategies.generate(mode, warm, 8)
     strategies.by_mode.clear()

@@ -86,8 +86,8 @@ class Drafting:
         sizes = [m for m in sizes if m <= target.room]
         filler = target.tokens[-1:] or [target.model.bos]
         # The first call of a shape allocates; keep that out of the numbers. Over an rpc-server the first decode of
-        # each batch size is slow, the next ones not (10 ms away: a first two-row decode took 4.8x a one-row one,
-        # 1.3-1.5x the next times; locally the timings agree), so there each size is decoded once before it is timed.
+        # each batch size is slow, the next ones not (10 ms away: a first two-row decode took 5.1x a one-row one,
+        # 1.3-1.5x the next times; bench/results/calibrate-*.log), so there each size is decoded once before timing.
         for m in sizes if target.model.rpc else [1]:
             target.decode(filler * m, range(m))
             target.truncate(held)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import platform
 import tempfile
@@ -131,16 +132,16 @@ def _counts(entry: dict) -> dict:
 def _proposer(entry: dict) -> dict:
     out = {"draft_round_s": {int(n): float(s) for n, s in entry.get("draft_round_s", {}).items()},
            **_counts(entry), "by_key": {str(k): _counts(c) for k, c in (entry.get("by_key") or {}).items()}}
-    if any(s <= 0 for s in out["draft_round_s"].values()):
+    if any(not 0 < s < math.inf for s in out["draft_round_s"].values()):  # (NaN fails it too)
         raise ValueError("impossible draft costs")
     if "step_s" in entry:
         out["step_s"] = float(entry["step_s"])
-        if out["step_s"] <= 0:
+        if not 0 < out["step_s"] < math.inf:
             raise ValueError("impossible draft step")
     if "calibration" in entry:
         cal = {f: [float(x) for x in entry["calibration"][f]] for f in ("tested", "passed")}
-        if len(cal["tested"]) != len(cal["passed"]) or any(not 0 <= p <= t for p, t in zip(cal["passed"],
-                                                                                          cal["tested"])):
+        if len(cal["tested"]) != len(cal["passed"]) or any(not 0 <= p <= t < math.inf for p, t in
+                                                           zip(cal["passed"], cal["tested"])):
             raise ValueError("inconsistent calibration counts")
         out["calibration"] = cal
     return out

@@ -184,3 +184,9 @@ def test_a_draft_models_step_and_calibration_round_trip_and_seed_the_next_proces
     damaged = {**entry, "calibration": {"tested": [1.0] * 10, "passed": [2.0] * 10}}  # more passed than tested
     profile.save(k, {1: 0.01, 2: 0.012}, {name: damaged})
     assert profile.load(k) is None
+    # not a number or infinite (json writes and reads NaN and Infinity): as damaged, never seeded into a policy
+    for bad in ({**entry, "step_s": float("nan")}, {**entry, "step_s": float("inf")},
+                {**entry, "calibration": {"tested": [float("inf")] * 10, "passed": [1.0] * 10}},
+                {**entry, "draft_round_s": {1: float("nan")}}):
+        profile.save(k, {1: 0.01, 2: 0.012}, {name: bad})
+        assert profile.load(k) is None

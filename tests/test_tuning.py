@@ -712,8 +712,8 @@ def test_a_confidence_stop_prices_a_draft_step_as_the_proposer_timed_it():
 
 
 def test_over_an_rpc_server_each_size_is_decoded_once_before_it_is_timed():
-    """The first decode of each batch size over an rpc-server waits on the network for its allocation (10 ms away:
-    a first two-row decode took 4.7x a one-row one, 1.3x the next time): timed so, the verify curve rose in a step
+    """The first decode of each batch size over an rpc-server is slow, the next not (10 ms away:
+    a first two-row decode took 5.1x a one-row one, 1.3x the next time): timed so, the verify curve rose in a step
     that was not there in generation. There each size is decoded once before it is timed; locally one warm-up row."""
     from types import SimpleNamespace
 
