@@ -13,6 +13,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .backend import common_prefix
+from .costs import CATCH_UP_HORIZON
 from .proposers import EMPTY, DraftModelProposer, Proposal, Proposer
 from .sampling import SamplingConfig
 from .stats import GenerationStats
@@ -136,7 +137,7 @@ class Chain:
                     read_s = getattr(link.part, "read_s", None) or 0.0  # a model must first read what it missed
                     behind = _behind(link.part, seq) if read_s else 0
                     j, k = policy.plan(limit, lead.policy.keyed(lead.key), lead.n, least=int(learning),
-                                       behind=behind, read_s=read_s)
+                                       behind=behind, read_s=read_s, horizon=max(1, min(CATCH_UP_HORIZON, cap)))
                     if decision.reason == "explore" and k > 0 and j + k < limit:
                         k += 1
                     if learning and decision.reason == "probe":  # (a probe's length: its confidence's, below)

@@ -11,6 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+# A draft model's catch-up (reading text it skipped) must pay for itself within this many tokens: the text, a
+# batch's load and the draft's luck change, and a part the rule turns plain again skips text it must read once more
+# later, so paying off over all the tokens a request has left is a promise that is seldom kept.
+CATCH_UP_HORIZON = 16
+
 
 @dataclass
 class CostModel:

@@ -17,13 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .costs import CATCH_UP_HORIZON as HORIZON  # (a catch-up must pay for itself within this many steps)
 from .tuning import CostModel
 
 WARM_UP_ROUNDS, WARM_UP_K, PROBE_K = 3, 4, 2
-# A catch-up must pay for itself within this many steps: a batch's load changes, and a sequence the rule turns plain
-# again skips text it must read once more later, so paying off over all the tokens a request has left is a promise
-# a busy batch does not keep.
-HORIZON = 16
 
 
 @dataclass

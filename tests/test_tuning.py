@@ -356,8 +356,13 @@ def test_a_chain_part_drafts_alone_follows_or_stands_aside_by_expected_cost():
     cheap = DraftLength(8, adaptive=True, cost=model({m: 1.0 for m in range(1, 18)}, 0.05, [0.8] * 16))
     assert cheap.plan(8, sure, 4) == (4, 4)  # a cheaper draft model: (1 + 0.2) / 7.3616 = 0.163 < 0.2
     assert cheap.plan(4, sure, 4) == (4, 0)  # no room for it: the lead alone
-    # ... unless it must first read 20 tokens it missed (and the 4 kept): (1 + 0.2 + 24 * 0.05) / 7.3616 > 0.2
+    # ... unless it must first read 20 tokens it missed (and the 4 kept), paid once and spread over the next 16
+    # tokens: (1 + 0.2) / 7.3616 + 24 * 0.05 / 16 = 0.238 > 0.2
     assert cheap.plan(8, sure, 4, behind=20, read_s=0.05) == (4, 0)
+    # a short catch-up spread so pays (0.163 + 6 * 0.05 / 16 = 0.182, under the margin's 0.92 * 0.2; charged to this
+    # round's tokens alone it would not: (1.2 + 0.3) / 7.3616 = 0.204), unless the text ends within 2 tokens
+    assert cheap.plan(8, sure, 4, behind=2, read_s=0.05) == (4, 4)
+    assert cheap.plan(8, sure, 4, behind=2, read_s=0.05, horizon=2) == (4, 0)
     # lookup tokens at a = 0.4 are not worth following: the draft model alone
     assert d.plan(8, model({1: 1.0}, 0.0, [0.4] * 16), 4) == (0, 4)
     # learning rounds draft at least `least`, within k
