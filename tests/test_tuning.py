@@ -139,9 +139,12 @@ def test_a_new_text_is_not_probed_where_no_probe_could_change_the_verdict():
     # two rounds) where drafting does not pay: the wait goes on across texts, no prompt read, no probe
     d.new_text()
     assert d.futile() and d.standing_aside() and d.decide(100).reason == "fallback"
-    d.defer_probe()  # ... but a probe put off to the next text comes there (or the verdict is never tested)
+    d.defer_probe()  # ... and a probe put off to the next text does not come there either: it could not tell
     d.new_text()
-    assert not d.standing_aside() and d.decide(100).reason == "probe"
+    assert d.standing_aside() and d.decide(100).reason == "fallback"
+    # the verdict is still tested now and then: that wait (max_wait rounds) ends in a probe
+    reasons = [d.decide(100).reason for _ in range(d.max_wait - 1)]
+    assert reasons[-1] == "probe" and set(reasons[:-1]) == {"fallback"}
     # on a text or two of evidence the same rates are not trusted that far: the new text is probed at once
     d = _near_perfect_draft(10)
     assert d.decide(100).reason == "fallback"
