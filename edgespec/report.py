@@ -49,7 +49,8 @@ def tables(report: Report, rows: dict) -> str:
                 + "  ".join(f"{m}:{t / one:.2f}" for m, t in sorted(curve.items()))]
     out += ["(phases: ms per round; py: share of round time outside llama.cpp; TTFT: median time to first token "
             "from a cold cache; e2e t/s: tokens per second including reading the prompt; same: greedy output "
-            f"identical to plain's) peak memory {report.peak_rss_mb:.0f} MiB"]
+            "identical to plain's; acceptance by position: of the rounds that drafted position i, the share where it "
+            f"passed) peak memory {report.peak_rss_mb:.0f} MiB"]
     return "\n".join(out)
 
 
@@ -117,8 +118,9 @@ def plot(report: Report, rows: dict, path: str | os.PathLike, title: str = "") -
     ax.set_ylabel("speedup over plain")
     ax.legend(fontsize=8, ncol=2)
     ax = axes[1]
-    for m in modes:
-        pos = rows[m]["overall"]["acceptance_by_position"]
+    for m in modes:  # a_i as the cost model has it: of the rounds that tested position i (all before it passed)
+        r = rows[m]["overall"]
+        pos = [a / t for a, t in zip(r["accepted_by_position"], r["tested_by_position"]) if t]
         if pos:
             ax.plot(range(1, len(pos) + 1), pos, marker="o", ms=3, label=m)
     ax.set_xlabel("draft position")
