@@ -340,7 +340,7 @@ class DraftLength(TreeShapes):
         `horizon` tokens (CATCH_UP_HORIZON, or what the text has left), not charged to this round's few. Charged to
         the round, a lead whose tokens passed made the next round's reading look dearer than any draft could repay,
         the plan declined, the draft fell further behind, and a text the draft model suited went plain (held-out
-        replay, memory-bound: the hybrid 1.54x against the draft model's 1.55x; spread, 1.56x).
+        replay, memory-bound: the hybrid 1.538x against the draft model's 1.550x; spread, 1.555x).
 
         This part drafts (outside learning rounds) only where that is expected to cost under `margin` times the best
         split without it, as a proposer alone must beat plain by the margin: estimates are noisy, and the least of
