@@ -35,9 +35,14 @@ for ((round = 1; round <= rounds; round++)); do
     { echo "# bench/rpc_env.sh '$setting' -- $*   (round $round, server env: $server_env, client env: $client_env, edgespec $(git rev-parse --short HEAD), $(date -u '+%Y-%m-%d %H:%M UTC'), empty profile folder)"
       # shellcheck disable=SC2086
       EDGESPEC_PROFILES=$profiles env $client_env .venv/bin/python -m edgespec bench "$@" --rpc "127.0.0.1:$port" \
-        --json "$out/$name-$round.json" 2>&1; } > "$out/$name-$round.log" || true
-    kill "$server"; wait "$server" 2>/dev/null || true
+        --json "$out/$name-$round.json" 2>&1; } > "$out/$name-$round.log" && ok=1 || ok=0
+    kill "$server" 2>/dev/null || true
+    wait "$server" 2>/dev/null || true
     rm -rf "$profiles"
+    if [[ $ok == 0 ]]; then  # (a setting that breaks the server or the client: say so, go on with the others)
+      echo "round $round [$setting]: the bench failed, see $out/$name-$round.log"
+      continue
+    fi
     .venv/bin/python - "$out/$name-$round.json" "$setting" "$round" <<'PY'
 import json, sys
 rows = json.load(open(sys.argv[1]))["rows"]

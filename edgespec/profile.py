@@ -110,7 +110,7 @@ def load(k: dict, notes: list[str] | None = None) -> Profile | None:
         else:
             curve = {int(m): float(s) for m, s in data["verify_s"].items()}
             proposers = {str(n): _proposer(e) for n, e in (data.get("proposers") or {}).items()}
-            if len(curve) >= 2 and all(s > 0 for s in curve.values()):
+            if len(curve) >= 2 and all(0 < s < math.inf for s in curve.values()):  # (NaN fails it too)
                 return Profile(curve, proposers, str(data.get("measured", "")))
             why = "its timings are impossible"
     except (ValueError, KeyError, TypeError, AttributeError):
@@ -123,8 +123,8 @@ def load(k: dict, notes: list[str] | None = None) -> Profile | None:
 def _counts(entry: dict) -> dict:
     out = {"reached": [float(x) for x in entry.get("reached", [])],
            "accepted": [float(x) for x in entry.get("accepted", [])]}
-    if len(out["reached"]) != len(out["accepted"]) or any(not 0 <= a <= r for a, r in zip(out["accepted"],
-                                                                                          out["reached"])):
+    if len(out["reached"]) != len(out["accepted"]) or any(not 0 <= a <= r < math.inf for a, r in
+                                                           zip(out["accepted"], out["reached"])):
         raise ValueError("inconsistent acceptance counts")
     return out
 

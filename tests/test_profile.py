@@ -190,3 +190,9 @@ def test_a_draft_models_step_and_calibration_round_trip_and_seed_the_next_proces
                 {**entry, "draft_round_s": {1: float("nan")}}):
         profile.save(k, {1: 0.01, 2: 0.012}, {name: bad})
         assert profile.load(k) is None
+    # ... nor in the verify curve or the acceptance counts (infinite counts would make every acceptance NaN)
+    for curve, entry_ in (({1: 0.01, 2: float("inf")}, entry), ({1: 0.01, 2: float("nan")}, entry),
+                          ({1: 0.01, 2: 0.012}, {**entry, "reached": [float("inf")] * 2, "accepted": [1.0] * 2})):
+        notes = []
+        profile.save(k, curve, {name: entry_})
+        assert profile.load(k, notes) is None and len(notes) == 1 and "ignored the profile" in notes[0]
