@@ -140,7 +140,15 @@ def main() -> None:
     ap.add_argument("--summary", metavar="JSON", help="print the table of a saved --json file, run nothing")
     ap.add_argument("--tune", type=int, metavar="SECONDS", help="first run `edgespec tune --seconds SECONDS` in each "
                     "setting, so every bench starts from its own profile (default: none, as on a new machine)")
+    ap.add_argument("--spin", default="10000", metavar="COUNT|default",
+                    help="GOMP_SPINCOUNT for the rpc-server and every edgespec process of the run, local ones too "
+                         "(default 10000; 'default': libgomp's own). Both ends share this machine's cores, and "
+                         "libgomp's idle threads spin about 3 ms after each parallel region by default, on the cores "
+                         "the other end is computing on; two hosts do not share cores")
     args, extra = ap.parse_known_args()
+    if args.spin != "default" and os.environ.get("GOMP_SPINCOUNT") != args.spin and not args.summary:
+        os.environ["GOMP_SPINCOUNT"] = args.spin  # libgomp reads it once, when loaded (pairs loads llama.cpp)
+        os.execv(sys.executable, [sys.executable, *sys.argv])
     if args.summary:
         saved = json.loads(Path(args.summary).read_text())
         return summary(saved["runs"], saved["network_s"], saved["modes"])
@@ -179,7 +187,7 @@ def main() -> None:
 
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(
-            {"command": " ".join(sys.argv), "modes": modes,
+            {"command": " ".join(sys.argv), "modes": modes, "gomp_spincount": os.environ.get("GOMP_SPINCOUNT", "default"),
              "network_s": {k: {str(m): t for m, t in v.items()} for k, v in net.items()}, "runs": runs}, indent=1))
     summary(runs, net, modes)
 
