@@ -33,6 +33,7 @@ class CostModel:
     base_decay: float = 0.995
     base_reached: list[float] = field(default_factory=list)
     base_accepted: list[float] = field(default_factory=list)
+    text_prior: float | None = None  # since a new text: a_0 as many texts showed it (restart)
 
     # measurements -----------------------------------------------------------------------------------------
     def observe_verify(self, m: int, seconds: float) -> None:
@@ -61,6 +62,7 @@ class CostModel:
             if self.reached and self.reached[0] > most:
                 self.forget(most / self.reached[0])
             return
+        self.text_prior = _shrunk(self.base_reached, self.base_accepted, 1, self.prior_accept, self.prior_weight)[0]
         self.reached = [min(most, r) for r in self.base_reached]
         self.accepted = [w * a / r if r > 0 else 0.0 for w, a, r in zip(self.reached, self.base_accepted,
                                                                         self.base_reached)]
@@ -92,15 +94,16 @@ class CostModel:
 
     # estimates --------------------------------------------------------------------------------------------
     def acceptances(self, n: int) -> list[float]:
-        """a_0 .. a_{n-1}, each shrunk towards the one before it (a_0 towards prior_accept) while its position has
-        little evidence: a position never drafted is assumed as good as the one before it, so longer drafts get
-        tried."""
-        out, prior = [], self.prior_accept
-        for i in range(n):
-            r, a = (self.reached[i], self.accepted[i]) if i < len(self.reached) else (0.0, 0.0)
-            prior = (a + prior * self.prior_weight) / (r + self.prior_weight)
-            out.append(prior)
-        return out
+        """a_0 .. a_{n-1}, each shrunk towards the one before it while its position has little evidence (a_0
+        towards what many texts showed, since a new text: text_prior; else towards prior_accept): a position never
+        drafted is assumed as good as the one before it, so longer drafts get tried.
+
+        A new text's a_0 starts from the long-run rate, not halfway to prior_accept, a prior for a pair nothing is
+        known of: that dragged a draft that passes 95% of its tokens to 78% at each new text. Replayed, SmolLM2 and
+        its own Q4_1 with 8 ms on each target decode (where drafting pays from about 88%), from no profile: every
+        text began in a fallback, and the adaptive draft model made 1.00x against 1.15x for a fixed K of 4."""
+        prior = self.text_prior if self.text_prior is not None else self.prior_accept
+        return _shrunk(self.reached, self.accepted, n, prior, self.prior_weight)
 
     def acceptance(self, i: int) -> float:
         return self.acceptances(i + 1)[i]
@@ -310,6 +313,17 @@ def seed_counts(c: CostModel, counts: dict, weight: float) -> bool:
     c.base_reached = [r * f for r in reached]
     c.base_accepted = [a * f for a in counts["accepted"]]
     return True
+
+
+def _shrunk(reached: Sequence[float], accepted: Sequence[float], n: int, prior: float, weight: float) -> list[float]:
+    """The first n acceptances from these counts, each shrunk towards the one before it (the first towards prior)
+    with `weight` rounds' worth."""
+    out = []
+    for i in range(n):
+        r, a = (reached[i], accepted[i]) if i < len(reached) else (0.0, 0.0)
+        prior = (a + prior * weight) / (r + weight)
+        out.append(prior)
+    return out
 
 
 def _interpolate(table: dict[int, float], x: int) -> float | None:

@@ -111,7 +111,7 @@ class DraftLength(TreeShapes):
             return False
         trial = CostModel(c.alpha, c.decay, c.prior_accept, c.prior_weight, verify_s=c.verify_s,
                           draft_round_s=c.draft_round_s, draft_s=c.draft_s, reached=list(c.reached),
-                          accepted=list(c.accepted))
+                          accepted=list(c.accepted), text_prior=c.text_prior)
         for _ in range(self.probe_rounds):
             trial.observe_acceptance(self.k_max, self.k_max)
         per_token = trial.best_k(self.k_max)[1]
