@@ -54,15 +54,17 @@ class CostModel:
         self.reached = [r * factor for r in self.reached]
         self.accepted = [a * factor for a in self.accepted]
 
-    def restart(self, most: float) -> None:
+    def restart(self, most: float, from_texts: bool = True) -> None:
         """A new text: what earlier texts showed counts as at most `most` rounds, at the rate seen over many texts
         (not the last text's alone: one poor text would otherwise make the next one start from it, and an estimate
-        too poor to be tried again is never corrected)."""
+        too poor to be tried again is never corrected). from_texts: a_0 is shrunk towards that rate too
+        (acceptances), else towards prior_accept."""
         if not self.base_reached or self.base_reached[0] <= 0:  # (counts set by hand: cut to `most`)
             if self.reached and self.reached[0] > most:
                 self.forget(most / self.reached[0])
             return
-        self.text_prior = _shrunk(self.base_reached, self.base_accepted, 1, self.prior_accept, self.prior_weight)[0]
+        self.text_prior = _shrunk(self.base_reached, self.base_accepted, 1, self.prior_accept, self.prior_weight)[0] \
+            if from_texts else None
         self.reached = [min(most, r) for r in self.base_reached]
         self.accepted = [w * a / r if r > 0 else 0.0 for w, a, r in zip(self.reached, self.base_accepted,
                                                                         self.base_reached)]

@@ -77,8 +77,14 @@ class DraftLength(TreeShapes):
         rounds and, on a short answer, a prompt read that costs more than the text (SmolLM2 over a 2 ms link,
         replayed, once its draft rounds cost less: 0.97x on factual QA with such probes, 1.00x without). The wait
         it leaves (max_wait rounds) still ends in a probe, so the rates are tested again now and then."""
-        for c in (self.cost, *self.by_key.values()):
-            c.restart(self.text_memory)
+        # A kind of proposal (a lookup match of some length) starts each text halfway to the prior, as a proposer
+        # nothing is known of: its rate over many texts is over texts that quoted their input and texts that did
+        # not, and trusted at a new text it verified more copied runs there than paid (replayed, the Q4_K_M pair
+        # from its first prompt: lookup 0.975x on factual QA, from 0.99x). The proposer's own a_0 starts from its
+        # rate over many texts (CostModel.acceptances).
+        self.cost.restart(self.text_memory)
+        for c in self.by_key.values():
+            c.restart(self.text_memory, from_texts=False)
         self._tested = 0
         if self._plain_left > 0 and not self.hopeless() and not self.futile():
             self._plain_left = 1
