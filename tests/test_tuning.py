@@ -246,6 +246,8 @@ def test_a_new_text_starts_from_the_rate_over_many_texts_worth_a_few_rounds():
     over_texts = (1 + 0.6 * 2) / (7 + 2)
     assert d.cost.acceptance(0) == pytest.approx((2 / 7 + over_texts * 2) / (2 + 2))
     assert d.keyed("lookup:3").reached == [1.0] and d.keyed("lookup:3").accepted == [1.0]
+    # ... a kind of proposal (a lookup match length) starts halfway to the prior, not from its rate over many texts
+    assert d.keyed("lookup:3").acceptance(0) == pytest.approx((1 + 0.6 * 2) / (1 + 2))
     # many texts the draft suited, then one it did not: the next text starts near the rate over all of them, not
     # from the last one alone (which would make a poor estimate the next text may never get to correct)
     d = DraftLength(8, adaptive=True)
