@@ -89,6 +89,12 @@ class DelayProxy:
         await sender
 
 
+def _spin(value: str) -> str:
+    if value != "default" and not value.isdigit():
+        raise argparse.ArgumentTypeError(f"a spin count (digits) or 'default', not {value!r}")
+    return value
+
+
 def run_edgespec(args, command: list[str], rpc: str | None) -> None:
     """Run `edgespec COMMAND` on the pair (profiles: $EDGESPEC_PROFILES, this run's own directory)."""
     target, draft = (Path(args.target), None) if args.target and not args.draft else pairs.pair_of(args)
@@ -140,14 +146,15 @@ def main() -> None:
     ap.add_argument("--summary", metavar="JSON", help="print the table of a saved --json file, run nothing")
     ap.add_argument("--tune", type=int, metavar="SECONDS", help="first run `edgespec tune --seconds SECONDS` in each "
                     "setting, so every bench starts from its own profile (default: none, as on a new machine)")
-    ap.add_argument("--spin", default="10000", metavar="COUNT|default",
+    ap.add_argument("--spin", type=_spin, metavar="COUNT|default",
                     help="GOMP_SPINCOUNT for the rpc-server and every edgespec process of the run, local ones too "
-                         "(default 10000; 'default': libgomp's own). Both ends share this machine's cores, and "
-                         "libgomp's idle threads spin about 3 ms after each parallel region by default, on the cores "
-                         "the other end is computing on; two hosts do not share cores")
+                         "(default: $GOMP_SPINCOUNT if set, else 10000; 'default': libgomp's own). Both ends share "
+                         "this machine's cores, and libgomp's idle threads spin about 3 ms after each parallel region "
+                         "by default, on the cores the other end is computing on; two hosts do not share cores")
     args, extra = ap.parse_known_args()
-    if args.spin != "default" and os.environ.get("GOMP_SPINCOUNT") != args.spin and not args.summary:
-        os.environ["GOMP_SPINCOUNT"] = args.spin  # libgomp reads it once, when loaded (pairs loads llama.cpp)
+    spin = args.spin or os.environ.get("GOMP_SPINCOUNT") or "10000"
+    if spin != "default" and os.environ.get("GOMP_SPINCOUNT") != spin and not args.summary:
+        os.environ["GOMP_SPINCOUNT"] = spin  # libgomp reads it once, when loaded (pairs loads llama.cpp): start again
         os.execv(sys.executable, [sys.executable, *sys.argv])
     if args.summary:
         saved = json.loads(Path(args.summary).read_text())
@@ -187,7 +194,8 @@ def main() -> None:
 
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(
-            {"command": " ".join(sys.argv), "modes": modes, "gomp_spincount": os.environ.get("GOMP_SPINCOUNT", "default"),
+            {"command": " ".join(sys.argv), "modes": modes,
+             "gomp_spincount": os.environ.get("GOMP_SPINCOUNT", "default"),
              "network_s": {k: {str(m): t for m, t in v.items()} for k, v in net.items()}, "runs": runs}, indent=1))
     summary(runs, net, modes)
 
