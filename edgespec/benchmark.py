@@ -248,10 +248,11 @@ class Strategies:
 
     def proposer(self, mode: str) -> Proposer:
         if mode not in self.by_mode:
-            name, d = mode.partition("@")[0].partition(":")[0], self._draft
-            self.by_mode[mode] = (PromptLookupProposer() if name == "lookup" else
-                                  DraftModelProposer(d.ctx, self.engine.model.n_vocab, d.p_min) if name == "draft" else
-                                  HybridProposer(DraftModelProposer(d.ctx, self.engine.model.n_vocab, d.p_min)))
+            name, d, model = mode.partition("@")[0].partition(":")[0], self._draft, self.engine.model
+            lookup = PromptLookupProposer(control=model.control_ids)
+            self.by_mode[mode] = (lookup if name == "lookup" else
+                                  DraftModelProposer(d.ctx, model.n_vocab, d.p_min) if name == "draft" else
+                                  HybridProposer(DraftModelProposer(d.ctx, model.n_vocab, d.p_min), lookup))
         return self.by_mode[mode]
 
     def generate(self, mode: str, tokens: list[int], max_tokens: int, cold: bool = True):

@@ -136,7 +136,8 @@ class Engine:
             proposer = DraftModelProposer(Context(dm, draft_n_ctx or n_ctx, draft_n_threads or n_threads,
                                                   branches=min(tree_width, 2)), tm.n_vocab, p_min=draft_p_min)
         if lookup:
-            proposer = PromptLookupProposer() if proposer is None else HybridProposer(proposer)
+            lookup_proposer = PromptLookupProposer(control=tm.control_ids)  # (its n-grams never span a template's)
+            proposer = lookup_proposer if proposer is None else HybridProposer(proposer, lookup_proposer)
         if proposer is not None and (tm.is_recurrent or (draft is not None and dm.is_recurrent)):
             raise EdgespecError("speculative decoding needs a target whose KV cache can be rolled back; recurrent "
                                 "and hybrid models cannot (run without --draft or --lookup)")

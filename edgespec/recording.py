@@ -128,7 +128,8 @@ def record(target_path: str, draft_path: str, items: Sequence[Item], max_tokens:
         if progress is not None:
             progress(i + 1, len(items), f"{it.category}: {len(text) - len(prompt)} tokens")
     filler = next(t for t in range(100, tm.n_vocab) if not tm.is_eog(t))
-    vocab = {"n_vocab": tm.n_vocab, "eog": tm.eog_ids, "bos": tm.bos, "filler": filler}
+    vocab = {"n_vocab": tm.n_vocab, "eog": tm.eog_ids, "bos": tm.bos, "filler": filler,
+             "control": sorted(tm.control_ids)}
     out = {"format": FORMAT, "version": VERSION, "target": os.path.basename(target_path),
            "draft": os.path.basename(draft_path), "max_tokens": max_tokens, "threads": tctx.n_threads,
            "costs": costs, "vocab": vocab, "texts": texts}

@@ -39,7 +39,7 @@ from .backend import Context, common_prefix
 from .benchmark import Item
 from .engine import DEFAULT_CTX, DEFAULT_DRAFT_MAX, Engine
 from .errors import ContextOverflowError, EdgespecError, InvalidArgument
-from .proposers import DraftModelProposer, HybridProposer
+from .proposers import DraftModelProposer, HybridProposer, PromptLookupProposer
 
 FORMAT = "edgespec-replay"
 VERSION = 1
@@ -229,8 +229,9 @@ class RecordedVocab:
     """What the engine asks of a model's vocabulary, from a recording; its path is the recording's file, so a
     profile made in a replay is keyed by the recording."""
 
-    def __init__(self, path: str, n_vocab: int, eog: Sequence[int], bos: int) -> None:
+    def __init__(self, path: str, n_vocab: int, eog: Sequence[int], bos: int, control: Sequence[int] = ()) -> None:
         self.path, self.n_vocab, self.bos = path, n_vocab, bos
+        self.control_ids = frozenset(control)
         self.eog_ids = sorted(eog)
         self._eog = set(eog)
         self.n_gpu_layers, self.rpc, self.tensor_split, self.is_recurrent = 0, [], [], False
@@ -325,14 +326,15 @@ class Recording:
         recorded = self.data["texts"]
         sure = [{start - 1 + i: p for i, p in enumerate(t["draft_p"])} for t, start in zip(recorded, starts)] \
             if all("draft_p" in t for t in recorded) else None
-        models = [RecordedVocab(self.path, vocab["n_vocab"], vocab["eog"], vocab["bos"]) for _ in range(2)]
+        models = [RecordedVocab(self.path, vocab["n_vocab"], vocab["eog"], vocab["bos"], vocab.get("control", ()))
+                  for _ in range(2)]
         filler = vocab["filler"]
         threads = self.data.get("threads", 2)
         tctx = ReplayContext(models[0], Oracle(texts, target_says, filler), target, clock, n_ctx, threads)
         dctx = ReplayContext(models[1], Oracle(texts, draft_says, filler, sure), draft, clock, n_ctx, threads, "draft")
         proposer = DraftModelProposer(dctx, vocab["n_vocab"], p_min=draft_p_min)
         if lookup:
-            proposer = HybridProposer(proposer)
+            proposer = HybridProposer(proposer, PromptLookupProposer(control=models[0].control_ids))
         prompts = {_messages_key(t["messages"]): t["tokens"][:t["n_prompt"]] for t in self.data["texts"]}
         return ReplayEngine(prompts, filler, tctx, proposer, draft_max)
 

@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 
 from edgespec.proposers import PromptLookupProposer
 from edgespec.sampling import GREEDY
@@ -99,3 +100,71 @@ def test_shorter_suffixes_add_their_continuations_after_the_longest():
     assert n == 3  # [9, 1, 2] once, followed by 3; [1, 2] also by 6
     assert tree.tokens == [3, 6] and tree.parents == [-1, -1]
     assert p.match(1) == ([3], 3)  # the first branch is the chain's proposal
+
+
+# A chat: <s> and </s> mark a turn (control tokens), 5 is the role "assistant", 1 "user", 6 a newline.
+S, END, ASSISTANT, USER, NL = 100, 101, 5, 1, 6
+
+
+def chat(*turns, role=(ASSISTANT,)):
+    """A conversation's tokens, ending in the header of the assistant's next answer."""
+    out = []
+    for i, text in enumerate(turns):
+        out += [S, *((USER,) if i % 2 == 0 else role), NL, *text, END, NL]
+    return out + [S, *role, NL]
+
+
+@pytest.mark.parametrize("role", [(ASSISTANT,), (15, 16, 17)])  # "assistant" as one token or three
+def test_an_answer_does_not_begin_by_copying_the_last_answer_after_the_same_header(role):
+    history = chat([9, 8, 7], [11, 12, 13, 14], [9, 8], role=role)
+    blind, aware = PromptLookupProposer(n_max=4, n_min=2), PromptLookupProposer(n_max=4, n_min=2, control=[S, END])
+    for p in (blind, aware):
+        p.begin(history)
+    assert propose(blind, history, 4) == [11, 12, 13, 14]  # the header matched: the last answer's start
+    assert propose(aware, history, 4) == []
+    tree, n = aware.match_tree(4, 3)
+    assert tree.tokens == [] and n == 0
+    # the same first token as the last answer is still that turn's place, not text
+    assert propose(aware, history + [11], 4) == []
+    # the answer's own text matches as always: here what the user wrote (after a newline, as this answer)
+    history = chat([9, 8, 7], [11, 12, 13, 14], [9, 8], role=role)
+    aware.begin(history)
+    assert propose(aware, history + [9], 4) == [8, END, NL, S]
+
+
+def test_text_after_a_control_token_is_text_when_the_stretch_differs_or_is_long():
+    from edgespec.proposers.prompt_lookup import HEADER
+
+    p = PromptLookupProposer(n_max=3, n_min=2, control=[S])
+    seq = [7, 8, 9, S, 7, 8]  # [7, 8] at the text's start: not after a control token
+    p.begin(seq)
+    assert propose(p, seq, 2) == [9, S]  # what follows a match may be anything, a control token too
+    long = [S, *range(20, 20 + HEADER), 3, S, *range(20, 20 + HEADER)]  # the same long stretch after a marker
+    p.begin(long)
+    assert propose(p, long, 2) == [3, S]  # longer than a header: text repeating itself
+
+
+def test_no_control_tokens_no_change():
+    p, q = PromptLookupProposer(), PromptLookupProposer(control=[])
+    seq = chat([9, 8, 7], [11, 12, 13, 14], [9, 8])
+    p.begin(seq)
+    q.begin(seq)
+    assert propose(p, seq, 4) == propose(q, seq, 4) == [11, 12, 13, 14]
+
+
+def test_incremental_index_equals_a_fresh_one_with_control_tokens():
+    rng = np.random.default_rng(2)
+    seq = [int(t) for t in rng.integers(0, 5, 120)]  # 0 the control token: about one in five
+    inc = PromptLookupProposer(n_max=3, n_min=2, control=[0])
+    inc.begin(seq[:7])
+    taken = 0
+    for end in range(8, 121):
+        propose(inc, seq[:end], 3)
+        fresh = PromptLookupProposer(n_max=3, n_min=2, control=[0])
+        fresh.begin(seq[:end])
+        assert (inc._index, inc._earlier, inc._last_control) == (fresh._index, fresh._earlier, fresh._last_control)
+        assert inc.match(3) == fresh.match(3) and inc.match_tree(2, 3)[0].tokens == fresh.match_tree(2, 3)[0].tokens
+        blind = PromptLookupProposer(n_max=3, n_min=2)
+        blind.begin(seq[:end])
+        taken += inc.match(3) != blind.match(3)
+    assert taken  # the rule acted somewhere in this text

@@ -329,3 +329,10 @@ def test_the_first_round_after_a_prompt_is_kept_out_of_the_verify_curve(tiny_pai
     e.close()
     assert r.stats.rounds_by_reason.get("first") == 1
     assert len(seen) == r.stats.n_rounds - 1
+
+
+def test_prompt_lookup_knows_its_models_control_tokens(lookup_engine, hybrid_engine):
+    # (what it does with them: test_prompt_lookup.py; on a real chat template: test_real_models.py)
+    im_start = lookup_engine.model.tokenize("<|im_start|>", add_special=False)[0]
+    for lookup in (lookup_engine.proposer, hybrid_engine.proposer.lookup):
+        assert im_start in lookup.control and lookup.control == lookup_engine.model.control_ids

@@ -64,6 +64,21 @@ def test_smollm_sampling_runs_and_reports(smollm_pair):
 
 
 @pytest.mark.realmodel
+def test_smollm_lookup_does_not_start_an_answer_with_a_copy_of_the_last_one():
+    # The embedded default in a conversation: each answer starts after the same header (<|im_start|>assistant\n,
+    # four tokens in this vocabulary), which matched every earlier one and proposed the last answer's first tokens.
+    history = [{"role": "user", "content": "Name a fruit."}, {"role": "assistant", "content": "An apple is a fruit."},
+               {"role": "user", "content": "Name a vegetable."}]
+    with edgespec.Engine.load(default_model.path(), lookup=True, n_ctx=1024, draft_max=4, adaptive=False) as engine:
+        tokens = engine.tokenize_chat(history)
+        r = engine.generate(tokens, max_tokens=8)
+        engine.proposer.control = frozenset()  # as before: blind to the template
+        blind = engine.generate(tokens, max_tokens=8)
+    assert blind.stats.rounds[0].n_drafted > 0  # the header's match: "An apple is a"
+    assert r.stats.rounds[0].n_drafted == 0 and r.tokens == blind.tokens
+
+
+@pytest.mark.realmodel
 def test_smollm_cannot_draft_for_qwen(smollm_pair):
     qwen = bench_dir() / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
     if not qwen.exists():

@@ -68,6 +68,7 @@ class Model(_Freed):
         self._llg = None
         self._llg_lock = threading.Lock()  # a server warms it in the background while requests may ask
         self._eog: list[int] | None = None
+        self._control: frozenset[int] | None = None
 
     def _open(self):
         """The vocabulary pointer, or a clear error once the model has been freed (never a dangling pointer)."""
@@ -144,6 +145,15 @@ class Model(_Freed):
             vocab = self._open()
             self._eog = [t for t in range(self.n_vocab) if ll.llama_vocab_is_eog(vocab, t)]
         return self._eog
+
+    @property
+    def control_ids(self) -> frozenset[int]:
+        """The vocabulary's control tokens (a chat template's markers, end-of-text): structure, not text."""
+        if self._control is None:
+            vocab = self._open()
+            self._control = frozenset(t for t in range(self.n_vocab)
+                                      if ll.llama_vocab_get_attr(vocab, t) & ll.LLAMA_TOKEN_ATTR_CONTROL)
+        return self._control
 
     def tokenize(self, text: str | bytes, add_special: bool = True, parse_special: bool = True) -> list[int]:
         """Text -> tokens. parse_special: text such as "<|im_end|>" becomes that control token (for prompts the

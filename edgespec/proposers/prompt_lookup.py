@@ -3,10 +3,17 @@
 No model: it wins where the answer quotes its input (code edits, summaries, answers over a passage). The index
 maps every n-gram (n_min..n_max) to the last place it ended with at least one token after it; it is updated only
 with the tokens added since the last round, so a lookup costs the same at token 100 and at token 10,000.
+
+A chat template's control tokens mark where the text is, not what it says. At the start of an answer the text ends
+in the template's header (`<|im_start|>assistant\n`), and its n-grams match each earlier turn's header, so lookup
+would copy the start of the last answer into this one (measured on the recorded conversations: no such proposal
+passed). Given the vocabulary's control tokens (`control`), a match is not taken where the whole stretch since the
+text's newest control token, that token included (a header and perhaps a token or two after it, HEADER tokens at
+most), ends there too: the same place in another turn, whatever the role name tokenizes to.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Collection, Sequence
 
 import numpy as np
 
@@ -15,21 +22,24 @@ from ..tree import Tree
 from . import Proposal, WithoutModel
 
 EARLIER = 3  # earlier occurrences remembered per n-gram, besides the latest: the other branches of a tree
+HEADER = 8  # the longest stretch from a control token to the text's end still taken for a template's header
 
 
 class PromptLookupProposer(WithoutModel):
-    def __init__(self, n_max: int = 4, n_min: int = 2) -> None:
+    def __init__(self, n_max: int = 4, n_min: int = 2, control: Collection[int] = ()) -> None:
         # n_min = 2: a one-token match is a weak guess, and on a compute-bound target each rejected guess widens
         # the verify batch for nothing (measured: 1.03x vs 1.13x of plain overall, bench/strategies.py lookup1/2).
         if not 1 <= n_min <= n_max:
             raise ValueError(f"need 1 <= n_min <= n_max, got {n_min}, {n_max}")
         self.n_max, self.n_min = n_max, n_min
+        self.control = frozenset(control)
         self._seq: list[int] = []
+        self._last_control = -1  # where the text's newest control token is (-1: none)
         self._index: dict[tuple[int, ...], int] = {}  # n-gram -> end position of its latest earlier occurrence
         self._earlier: dict[tuple[int, ...], list[int]] = {}  # ... and of a few before it, oldest first
 
     def begin(self, seq: Sequence[int]) -> None:
-        self._seq, self._index, self._earlier = [], {}, {}
+        self._seq, self._index, self._earlier, self._last_control = [], {}, {}, -1
         self._extend(seq)
 
     def _extend(self, seq: Sequence[int]) -> None:
@@ -37,6 +47,9 @@ class PromptLookupProposer(WithoutModel):
         start = len(self._seq)
         self._seq.extend(seq[start:])
         s = self._seq
+        if self.control:
+            self._last_control = next((i for i in range(len(s) - 1, start - 1, -1) if s[i] in self.control),
+                                      self._last_control)
         for end in range(max(start, 1), len(s)):  # n-grams ending at `end` (exclusive) are followed by s[end]
             for n in range(self.n_min, min(self.n_max, end) + 1):
                 gram = tuple(s[end - n:end])
@@ -47,12 +60,19 @@ class PromptLookupProposer(WithoutModel):
                     del older[:-EARLIER]
                 self._index[gram] = end
 
+    def _in_header(self, end: int) -> bool:
+        """Whether an earlier occurrence ending at `end` is where the text is now in another turn: the stretch since
+        the newest control token ends there too."""
+        s, c = self._seq, self._last_control
+        n = len(s) - c
+        return c >= 0 and n <= HEADER and end >= n and s[end - n:end] == s[c:]
+
     def match(self, k: int) -> tuple[list[int], int]:
         """Up to k tokens continuing the longest n-gram suffix seen before, and that n (0: no match)."""
         s = self._seq
         for n in range(min(self.n_max, len(s)), self.n_min - 1, -1):
             end = self._index.get(tuple(s[-n:]))
-            if end is not None:
+            if end is not None and not self._in_header(end):
                 return s[end:end + k], n
         return [], 0
 
@@ -66,8 +86,9 @@ class PromptLookupProposer(WithoutModel):
             end = self._index.get(gram)
             if end is None:
                 continue
-            longest = longest or n
-            for e in [end, *reversed(self._earlier.get(gram, ()))]:
+            ends = [e for e in [end, *reversed(self._earlier.get(gram, ()))] if not self._in_header(e)]
+            longest = longest or (n if ends else 0)
+            for e in ends:
                 wider = tree.copy()
                 wider.add_path(-1, s[e:e + k], "lookup")
                 if len(wider.leaves()) <= width:
