@@ -168,3 +168,16 @@ def test_incremental_index_equals_a_fresh_one_with_control_tokens():
         blind.begin(seq[:end])
         taken += inc.match(3) != blind.match(3)
     assert taken  # the rule acted somewhere in this text
+
+
+def test_a_match_into_the_given_text_and_one_into_the_models_own_are_kinds_of_their_own():
+    p = PromptLookupProposer(n_max=3, n_min=2)
+    prompt = [1, 2, 3, 4, 5]
+    p.begin(prompt)
+    seq = prompt + [9, 1, 2]  # [1, 2] last seen in the prompt
+    assert p.propose(seq, 2, GREEDY, np.random.default_rng(0)).key == "lookup:2"
+    seq += [3, 7, 9, 1, 2]  # now last seen in what the model wrote: [9, 1, 2] too
+    prop = p.propose(seq, 2, GREEDY, np.random.default_rng(0))
+    assert (prop.tokens, prop.key) == ([3, 7], "lookup:3:own")
+    assert p.propose_tree(seq, 2, width=2).key == "lookup:3:own"
+    assert p.propose(seq + [8], 2, GREEDY, np.random.default_rng(0)).key == "lookup:0"  # no match: one kind
