@@ -249,7 +249,7 @@ class Strategies:
     def proposer(self, mode: str) -> Proposer:
         if mode not in self.by_mode:
             name, d, model = mode.partition("@")[0].partition(":")[0], self._draft, self.engine.model
-            lookup = PromptLookupProposer(control=model.control_ids)
+            lookup = PromptLookupProposer.for_model(model)
             self.by_mode[mode] = (lookup if name == "lookup" else
                                   DraftModelProposer(d.ctx, model.n_vocab, d.p_min) if name == "draft" else
                                   HybridProposer(DraftModelProposer(d.ctx, model.n_vocab, d.p_min), lookup))

@@ -15,15 +15,14 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from . import chat, profile
+from . import chat, loading, profile
 from .backend import Context, Model
 from .errors import ContextOverflowError, EdgespecError, InvalidArgument
-from .pairing import VocabInfo, check_pair
 from .chain import Chain
 from .drafting import CALIBRATION_SIZES, Drafting, parts
 from .constraints import Constraint, Grammar
 from .guide import Guide
-from .proposers import EMPTY, DraftModelProposer, HybridProposer, PromptLookupProposer, Proposal, Proposer
+from .proposers import EMPTY, Proposal, Proposer
 from .sampling import GREEDY, Rows, SamplingConfig
 from .stats import GenerationStats, RoundRecord
 from .text import TextStream
@@ -122,27 +121,12 @@ class Engine:
         """Load a target and its proposer: a draft model (checked against the target), prompt lookup
         (lookup=True, no model), or both (the hybrid: lookup first, the draft fills the rest). Draft settings
         left as None follow the target's. rpc: rpc-servers the target is split over (backend/rpc.py)."""
-        if n_ctx < 1:
-            raise EdgespecError(f"context size must be at least 1, got {n_ctx}")
-        if draft_max < 0:
-            raise EdgespecError(f"draft length must be >= 0, got {draft_max}")
-        if tree_width < 1:
-            raise EdgespecError(f"tree width must be >= 1, got {tree_width}")
-        tm = Model(target, n_gpu_layers, rpc=rpc, tensor_split=tensor_split)
-        proposer = None
-        if draft is not None:
-            dm = Model(draft, n_gpu_layers if draft_n_gpu_layers is None else draft_n_gpu_layers, rpc=draft_rpc)
-            check_pair(VocabInfo.of(tm), VocabInfo.of(dm))
-            proposer = DraftModelProposer(Context(dm, draft_n_ctx or n_ctx, draft_n_threads or n_threads,
-                                                  branches=min(tree_width, 2)), tm.n_vocab, p_min=draft_p_min)
-        if lookup:
-            lookup_proposer = PromptLookupProposer(control=tm.control_ids)  # (its n-grams never span a template's)
-            proposer = lookup_proposer if proposer is None else HybridProposer(proposer, lookup_proposer)
-        if proposer is not None and (tm.is_recurrent or (draft is not None and dm.is_recurrent)):
-            raise EdgespecError("speculative decoding needs a target whose KV cache can be rolled back; recurrent "
-                                "and hybrid models cannot (run without --draft or --lookup)")
-        return cls(Context(tm, n_ctx, n_threads, branches=tree_width), proposer, draft_max, adaptive,
-                   tree_width=tree_width)
+        target_ctx, proposer = loading.load(
+            target, draft, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers, draft_n_ctx=draft_n_ctx,
+            draft_n_gpu_layers=draft_n_gpu_layers, draft_n_threads=draft_n_threads, draft_p_min=draft_p_min,
+            lookup=lookup, draft_max=draft_max, tree_width=tree_width, rpc=rpc, draft_rpc=draft_rpc,
+            tensor_split=tensor_split)
+        return cls(target_ctx, proposer, draft_max, adaptive, tree_width=tree_width)
 
     # prompts ----------------------------------------------------------------------------------------------
     def tokenize(self, prompt: str, *, chat_format: bool = False, system: str | None = None) -> list[int]:

@@ -334,7 +334,7 @@ class Recording:
         dctx = ReplayContext(models[1], Oracle(texts, draft_says, filler, sure), draft, clock, n_ctx, threads, "draft")
         proposer = DraftModelProposer(dctx, vocab["n_vocab"], p_min=draft_p_min)
         if lookup:
-            proposer = HybridProposer(proposer, PromptLookupProposer(control=models[0].control_ids))
+            proposer = HybridProposer(proposer, PromptLookupProposer.for_model(models[0]))
         prompts = {_messages_key(t["messages"]): t["tokens"][:t["n_prompt"]] for t in self.data["texts"]}
         return ReplayEngine(prompts, filler, tctx, proposer, draft_max)
 

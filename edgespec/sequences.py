@@ -68,7 +68,7 @@ class Generation:
         self.text = TextStream(req.stop)
         self.rng = np.random.default_rng(req.sampling.seed)
         self.stats = GenerationStats(n_prompt=len(req.prompt))
-        self.lookup = PromptLookupProposer(control=model.control_ids)
+        self.lookup = PromptLookupProposer.for_model(model)
         self.lookup.begin(self.seq)
         self.kind = "off"  # the proposer this step: "draft", "lookup" or "off"
         self.k = self.k_max = 0

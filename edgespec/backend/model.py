@@ -68,6 +68,7 @@ class Model(_Freed):
         self._llg = None
         self._llg_lock = threading.Lock()  # a server warms it in the background while requests may ask
         self._eog: list[int] | None = None
+        self._attrs: list[int] | None = None
         self._control: frozenset[int] | None = None
 
     def _open(self):
@@ -124,11 +125,11 @@ class Model(_Freed):
 
             # Each token's bytes as llama.cpp renders it; control tokens (and user-defined ones shaped like them)
             # marked with a leading 0xff, llguidance's sign for a special token (as its llamacpp helper does).
-            vocab, buf, pieces = self._open(), ctypes.create_string_buffer(4096), []
+            vocab, buf, pieces, attrs = self._open(), ctypes.create_string_buffer(4096), [], self._token_attrs()
             for t in range(self.n_vocab):
                 n = ll.llama_token_to_piece(vocab, t, buf, len(buf), 0, True)
                 piece = bytes(buf[:max(n, 0)])
-                attr = ll.llama_vocab_get_attr(vocab, t)
+                attr = attrs[t]
                 if attr & ll.LLAMA_TOKEN_ATTR_CONTROL or (attr & ll.LLAMA_TOKEN_ATTR_USER_DEFINED
                                                           and piece.startswith(b"<") and piece.endswith(b">")):
                     piece = b"\xff" + piece
@@ -150,10 +151,16 @@ class Model(_Freed):
     def control_ids(self) -> frozenset[int]:
         """The vocabulary's control tokens (a chat template's markers, end-of-text): structure, not text."""
         if self._control is None:
-            vocab = self._open()
-            self._control = frozenset(t for t in range(self.n_vocab)
-                                      if ll.llama_vocab_get_attr(vocab, t) & ll.LLAMA_TOKEN_ATTR_CONTROL)
+            self._control = frozenset(t for t, attr in enumerate(self._token_attrs())
+                                      if attr & ll.LLAMA_TOKEN_ATTR_CONTROL)
         return self._control
+
+    def _token_attrs(self) -> list[int]:
+        """Each token's llama.cpp attributes (control, unknown, user-defined...), read once for the vocabulary."""
+        if self._attrs is None:
+            vocab = self._open()
+            self._attrs = [ll.llama_vocab_get_attr(vocab, t) for t in range(self.n_vocab)]
+        return self._attrs
 
     def tokenize(self, text: str | bytes, add_special: bool = True, parse_special: bool = True) -> list[int]:
         """Text -> tokens. parse_special: text such as "<|im_end|>" becomes that control token (for prompts the
@@ -217,8 +224,8 @@ class Model(_Freed):
         if self._special is None:
             vocab, ids = self._open(), {}
             wanted = ll.LLAMA_TOKEN_ATTR_CONTROL | ll.LLAMA_TOKEN_ATTR_UNKNOWN
-            for t in range(self.n_vocab):
-                if ll.llama_vocab_get_attr(vocab, t) & wanted:
+            for t, attr in enumerate(self._token_attrs()):
+                if attr & wanted:
                     text = (ll.llama_vocab_get_text(vocab, t) or b"").decode("utf-8", "replace")
                     if text:
                         ids.setdefault(text, t)

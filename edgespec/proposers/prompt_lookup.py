@@ -44,6 +44,11 @@ class PromptLookupProposer(WithoutModel):
         self._index: dict[tuple[int, ...], int] = {}  # n-gram -> end position of its latest earlier occurrence
         self._earlier: dict[tuple[int, ...], list[int]] = {}  # ... and of a few before it, oldest first
 
+    @classmethod
+    def for_model(cls, model, **kwargs) -> "PromptLookupProposer":
+        """Lookup over this model's vocabulary: its control tokens mark a chat template's headers."""
+        return cls(control=model.control_ids, **kwargs)
+
     def begin(self, seq: Sequence[int]) -> None:
         self._seq, self._index, self._earlier, self._last_control = [], {}, {}, -1
         self._extend(seq)
