@@ -213,6 +213,12 @@ class Chain:
                             break
                         guide.push(t)
                         pushed += 1
+            if guide is None and self.tree_width == 1:
+                n = self._tail(seq, tokens, min(cap, rows), reading)
+                if n:
+                    sources += ["lookup"] * n
+                    qs += [None] * n
+                    reasons.append("tail")
         finally:
             if pushed:
                 guide.pop(pushed)
@@ -224,6 +230,47 @@ class Chain:
         return Proposal(tokens + [t for t, _ in leaves], qs + [q for _, q in leaves] if sampled else None,
                         sources + ["draft"] * len(leaves), parents=list(range(-1, len(tokens) - 1)) + parents
                         ), "+".join(reasons + ["tree"] + (["branch"] if self._leaves[3] else []))
+
+    def _tail(self, seq: list[int], tokens: list[int], room: int, reading: float) -> int:
+        """After a draft model's tokens, prompt lookup's continuation of them (a quotation the draft began, which
+        lookup could not see from the text alone), as many of its tokens as lower the round's expected time per
+        token: each costs its verify row and passes with lookup's estimate for that kind of match (a kind of its
+        own, `...:tail`), once all before it pass. Appends them to tokens; returns how many."""
+        lead, last = self.links[0], self._used[-1] if self._used else None
+        if len(self.links) < 2 or last is None or not last.n or last.policy.free or not lead.policy.free or \
+                not (last.policy.adaptive if self.adaptive is None else self.adaptive) or \
+                not hasattr(lead.part, "match_after"):
+            return 0
+        n = len(tokens)
+        most = min(room, lead.policy.k_max if self.k_max is None else self.k_max) - n  # (a round's K holds for it too)
+        if most <= 0:
+            return 0
+        offered, key = lead.part.match_after(seq, tokens, most)
+        key = f"{key}:tail"  # (its own kind: a match the draft's tokens made, which may pass at another rate)
+        base = self._expectation(n, reading) if offered else None
+        if base is None:
+            return 0
+        _, seconds, expected = base
+        reach = 1.0
+        for a in self._accept():
+            reach *= a
+        verify, c = last.policy.cost.t_verify, lead.policy.keyed(key)
+        best, best_cost, gained = 0, seconds / expected, 0.0
+        for e, a in enumerate(c.acceptances(len(offered)), 1):
+            reach *= a
+            gained += reach
+            more = verify(n + e + 1)
+            if more is None:
+                break
+            cost = (seconds - verify(n + 1) + more) / (expected + gained)
+            if cost < best_cost:
+                best, best_cost = e, cost
+        link = Link(lead.part, lead.policy, start=n, n=best, key=key, offered=list(offered))
+        self._offers.append(link)  # (declined too: it learns from the target's tokens, as lookup's own matches)
+        if best:
+            self._used.append(link)
+            tokens += offered[:best]
+        return best
 
     def _measures(self, link: Link, decision: Decision) -> bool:
         """A draft model drafting by measured cost this round (not a fixed length)."""

@@ -181,3 +181,39 @@ def test_a_match_into_the_given_text_and_one_into_the_models_own_are_kinds_of_th
     assert (prop.tokens, prop.key) == ([3, 7], "lookup:3:own")
     assert p.propose_tree(seq, 2, width=2).key == "lookup:3:own"
     assert p.propose(seq + [8], 2, GREEDY, np.random.default_rng(0)).key == "lookup:0"  # no match: one kind
+
+
+def test_a_quotation_the_draft_began_is_continued_and_the_draft_leaves_no_trace():
+    # The passage [20 .. 29] is in the prompt; the answer so far ends in 9, which matches nothing. A draft model's
+    # tokens [21, 22] begin a quote of it: lookup continues it from there, and the draft's tokens stay out of its
+    # index (they may be rejected), so what it proposes afterwards is what a fresh lookup would.
+    p = PromptLookupProposer(n_max=3, n_min=2)
+    prompt = [1, 2, *range(20, 30), 3]
+    p.begin(prompt)
+    seq = prompt + [9]
+    assert propose(p, seq, 4) == []
+    assert p.match_after(seq, [21, 22], 4) == ([23, 24, 25, 26], "lookup:2")
+    assert p.match_after(seq, [20, 21, 22], 2) == ([23, 24], "lookup:3")
+    assert p.match_after(seq, [8, 7], 4) == ([], "lookup:0") and p.match_after(seq, [], 4) == ([], "lookup:0")
+    fresh = PromptLookupProposer(n_max=3, n_min=2)
+    fresh.begin(prompt)
+    propose(fresh, seq, 4)
+    assert (p._seq, p._index, p._earlier) == (fresh._seq, fresh._index, fresh._earlier)
+    # a quote of the model's own text is of that kind; with the tokens before it (not yet given) it is found too
+    seq2 = seq + [40, 41, 42, 5]
+    assert p.match_after(seq2, [40, 41], 3) == ([42, 5], "lookup:2:own")
+
+
+def test_after_the_drafts_tokens_a_chat_header_is_still_a_header():
+    # The prompt ends in the assistant's header; a draft's first token after it is the last answer's first too:
+    # the stretch since the control token ends the same way at the last answer's start, so it is not a quote.
+    history = chat([9, 8, 7], [11, 12, 13, 14], [9, 8])
+    aware, blind = PromptLookupProposer(n_max=4, n_min=2, control=[S, END]), PromptLookupProposer(n_max=4, n_min=2)
+    for p in (aware, blind):
+        p.begin(history)
+    assert blind.match_after(history, [11], 3)[0] == [12, 13, 14]
+    assert aware.match_after(history, [11], 3)[0] == []
+    assert aware.match_after(history, [11, 12], 3)[0] == []
+    # a control token among the draft's tokens starts the stretch there
+    assert aware.match_after(history, [9, 8, END, NL, S, USER], 2)[0] == []  # a new user header: a header
+    assert blind.match_after(history, [9, 8, END, NL, S, USER], 2)[0] == [NL, 9]

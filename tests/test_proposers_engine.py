@@ -336,3 +336,61 @@ def test_prompt_lookup_knows_its_models_control_tokens(lookup_engine, hybrid_eng
     im_start = lookup_engine.model.tokenize("<|im_start|>", add_special=False)[0]
     for lookup in (lookup_engine.proposer, hybrid_engine.proposer.lookup):
         assert im_start in lookup.control and lookup.control == lookup_engine.model.control_ids
+
+
+def tail_engine(tiny_pair, lookup=None):
+    """The adaptive hybrid on a memory-bound target (a verify row costs 2% of a step, a draft step 5%): the draft
+    model drafts behind lookup, and lookup continues what the draft's tokens began."""
+    from edgespec.backend import Context, Model
+    from edgespec.proposers import DraftModelProposer, HybridProposer, PromptLookupProposer
+
+    t, d = Model(tiny_pair[0]), Model(tiny_pair[1])
+    lookup, draft = lookup or PromptLookupProposer(), DraftModelProposer(Context(d, 1024), t.n_vocab)
+    verify = {m: 1.0 + 0.02 * (m - 1) for m in range(1, 18)}
+    e = edgespec.Engine(Context(t, 1024), HybridProposer(draft, lookup), 8, True,
+                        FixedCosts(verify_s=verify, draft_s=0.0))
+    e.policy(draft).cost = FixedCosts(verify_s=verify, draft_s=0.05)
+    return e
+
+
+def tail_rounds(stats) -> int:
+    return sum(n for why, n in stats.rounds_by_reason.items() if "tail" in why.split("+"))
+
+
+def test_greedy_identity_where_lookup_continues_the_draft_models_tokens(tiny_pair):
+    e = tail_engine(tiny_pair)
+    e.policy(e.proposer.draft).k_max = 3  # (room in a round of 8 for lookup's tokens after the draft's)
+    tails = 0
+    for prompt in PROMPTS + REPEATING:
+        tokens = e.tokenize(prompt)
+        plain = e.generate(tokens, max_tokens=48, speculative=False)
+        r = e.generate(tokens, max_tokens=48)
+        assert_identical_or_near_tie(e.model, tokens, plain.tokens, r.tokens, 8)
+        tails += tail_rounds(r.stats)
+    e.close()
+    assert tails >= 10, tails
+
+
+def test_sampled_first_three_tokens_follow_the_target_where_lookup_continues_the_draft(tiny_pair):
+    # A lookup token after a sampled draft token is a deterministic guess given the text before it (q one-hot), so
+    # rejection sampling stays exact behind it. The first round is a plain step; in the second the draft model
+    # drafts one token and lookup's continuation follows it (here a fixed guess, the target's likeliest third token,
+    # about one time in five): the first three tokens against the exact joint.
+    from edgespec.proposers import Proposal, PromptLookupProposer
+
+    class Quotes(PromptLookupProposer):
+        def propose(self, seq, k, sampling, rng, guide=None):  # no match of its own: the draft model goes first
+            self._extend(seq)
+            return Proposal([], None, [], key="lookup:0")
+
+        def match_after(self, seq, extra, k):
+            return [89][:k], "lookup:2"
+
+    e = tail_engine(tiny_pair, Quotes())
+    e.policy(e.proposer.draft).k_max = 1
+    tails = []
+    counts, expected = first_two_counts(e, e.tokenize("the cat the cat the"), TOP5, 4000, n=3, max_tokens=4,
+                                        each=lambda r: tails.append(tail_rounds(r.stats)))
+    e.close()
+    assert sum(1 for n in tails if n) >= 2000
+    assert_follows(counts, expected)

@@ -763,3 +763,60 @@ def test_over_an_rpc_server_each_size_is_decoded_once_before_it_is_timed():
         curve = Drafting(4, True, CostModel()).calibrate(target, [1, 2, 4])
         assert target.shapes == warm + [1, 2, 4] and sorted(curve) == [1, 2, 4] and target.tokens == [5, 6]
 
+
+
+class _Quote(_Silent):
+    """A lookup that finds nothing in the text alone, but continues a quote the draft's tokens began (`right`: with
+    TEXT's next tokens, else with wrong ones)."""
+    def __init__(self, right=True):
+        self.right, self.asked = right, 0
+
+    def match_after(self, seq, extra, k):
+        self.asked += 1
+        at = len(seq) + len(extra)
+        return (TEXT[at:at + min(k, 6)] if self.right else [-1] * min(k, 6)), "lookup:3"
+
+
+def test_lookup_continues_a_quote_the_draft_model_began_where_it_pays():
+    # Memory-bound (a verify row costs 2% of a step), the draft model right at a tenth of a step per token, and
+    # lookup able to continue from where the draft stopped: the round verifies the draft's tokens and lookup's
+    # after them, and lookup's kind for such matches ("lookup:3:tail") is learned apart from its own matches.
+    from edgespec.drafting import Drafting
+
+    cost = CostModel()
+    cost.verify_s = {m: 0.01 * (1 + 0.02 * (m - 1)) for m in range(1, 18)}
+    drafting = Drafting(8, True, cost)
+    lookup, draft = _Quote(), _Right(step=0.001)
+    drafting.policy(lookup).cost.draft_s = 1e-6  # free
+    drafting.policy(draft).k_max = 4  # (a round of 8: room for lookup's tokens after the draft's)
+    drafting.policy(draft).seed({"draft_round_s": {1: 0.001, 4: 0.004}, "reached": [8.0] * 4,
+                                 "accepted": [8.0] * 4})
+    drafted = []
+    reasons = run_chain(drafting, _Hybrid(lookup, draft), 12, drafted=drafted)
+    assert sum("tail" in r.split("+") for r in reasons) >= 6 and 4 < max(drafted) <= 8  # past the draft, not K
+    tail = drafting.policy(lookup).by_key["lookup:3:tail"]
+    assert tail.acceptance(0) > 0.8 and "lookup:3" not in drafting.policy(lookup).by_key
+
+
+def test_a_quote_that_fails_is_soon_not_verified_and_a_fixed_chain_has_none():
+    from edgespec.drafting import Drafting
+
+    def setup(right, adaptive=True):
+        cost = CostModel()
+        cost.verify_s = {m: 0.01 * (1 + 0.3 * (m - 1)) for m in range(1, 18)}  # a row: 30% of a step
+        drafting = Drafting(8, adaptive, cost)
+        lookup, draft = _Quote(right), _Right(step=0.001)
+        drafting.policy(lookup).cost.draft_s = 1e-6
+        drafting.policy(draft).k_max = 4
+        drafting.policy(draft).seed({"draft_round_s": {1: 0.001, 4: 0.004}, "reached": [8.0] * 4,
+                                     "accepted": [8.0] * 4})
+        return drafting, lookup, draft
+
+    drafting, lookup, draft = setup(right=False)
+    reasons = run_chain(drafting, _Hybrid(lookup, draft), 30)
+    assert "tail" in reasons[0].split("+")  # tried at the prior's rate
+    assert not any("tail" in r.split("+") for r in reasons[-10:])  # then its kind's estimate declines it
+    assert drafting.policy(lookup).by_key["lookup:3:tail"].acceptance(0) < 0.3
+    drafting, lookup, draft = setup(right=True, adaptive=False)
+    reasons = run_chain(drafting, _Hybrid(lookup, draft), 5)
+    assert lookup.asked == 0 and not any("tail" in r for r in reasons)

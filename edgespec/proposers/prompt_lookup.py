@@ -72,12 +72,15 @@ class PromptLookupProposer(WithoutModel):
                     del older[:-EARLIER]
                 self._index[gram] = end
 
-    def _in_header(self, end: int) -> bool:
-        """Whether an earlier occurrence ending at `end` is where the text is now in another turn: the stretch since
-        the newest control token ends there too."""
-        s, c = self._seq, self._last_control
-        n = len(s) - c
-        return c >= 0 and n <= HEADER and end >= n and s[end - n:end] == s[c:]
+    def _in_header(self, end: int, extra: Sequence[int] = ()) -> bool:
+        """Whether an earlier occurrence ending at `end` is where the text (and after it `extra`) is now in another
+        turn: the stretch since the newest control token ends there too."""
+        s = self._seq
+        c = next((len(s) + i for i in range(len(extra) - 1, -1, -1) if extra[i] in self.control), self._last_control)
+        n = len(s) + len(extra) - c
+        if c < 0 or n > HEADER or end < n:
+            return False
+        return s[end - n:end] == (s[c:] + list(extra) if c < len(s) else list(extra[c - len(s):]))
 
     def match(self, k: int) -> tuple[list[int], int]:
         """Up to k tokens continuing the longest n-gram suffix seen before, and that n (0: no match)."""
@@ -91,6 +94,22 @@ class PromptLookupProposer(WithoutModel):
             if end is not None and not self._in_header(end):
                 return s[end:end + k], n, end
         return [], 0, 0
+
+    def match_after(self, seq: Sequence[int], extra: Sequence[int], k: int) -> tuple[list[int], str]:
+        """Up to k tokens continuing seq as it would be with `extra` after it (tokens proposed this round,
+        not yet verified: they are matched, never indexed, so a discarded draft leaves nothing here), where the
+        longest n-gram suffix matched ends inside `extra`; and the kind of proposal (as propose()'s). A draft
+        model's tokens that begin a quotation let lookup copy the rest of it in the same round."""
+        self._extend(seq)
+        s, extra = self._seq, list(extra)
+        if not extra or k <= 0:
+            return [], self._key(0, 0)
+        tail = s[-self.n_max:] + extra
+        for n in range(min(self.n_max, len(tail)), self.n_min - 1, -1):
+            end = self._index.get(tuple(tail[-n:]))
+            if end is not None and not self._in_header(end, extra):
+                return s[end:end + k], self._key(n, end)
+        return [], self._key(0, 0)
 
     def _key(self, n: int, end: int) -> str:
         """The kind of proposal: the match length, and whether it copies the given text or the model's own."""
