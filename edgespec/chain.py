@@ -250,21 +250,10 @@ class Chain:
         base = self._expectation(n, reading) if offered else None
         if base is None:
             return 0
-        _, seconds, expected = base
         reach = 1.0
         for a in self._accept():
             reach *= a
-        verify, c = last.policy.cost.t_verify, lead.policy.keyed(key)
-        best, best_cost, gained = 0, seconds / expected, 0.0
-        for e, a in enumerate(c.acceptances(len(offered)), 1):
-            reach *= a
-            gained += reach
-            more = verify(n + e + 1)
-            if more is None:
-                break
-            cost = (seconds - verify(n + 1) + more) / (expected + gained)
-            if cost < best_cost:
-                best, best_cost = e, cost
+        best = lead.policy.keep_after(len(offered), key, n, base[1], base[2], reach)
         link = Link(lead.part, lead.policy, start=n, n=best, key=key, offered=list(offered))
         self._offers.append(link)  # (declined too: it learns from the target's tokens, as lookup's own matches)
         if best:

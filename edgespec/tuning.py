@@ -15,7 +15,6 @@ from .tree_shapes import ALTERNATIVES, TreeShapes
 __all__ = ["CostModel", "Decision", "DraftLength"]
 
 
-
 @dataclass
 class Decision:
     k: int
@@ -331,6 +330,23 @@ class DraftLength(TreeShapes):
             self._declined[key] = self._declined.get(key, 0) + 1
             if self._declined[key] % recheck_every == 0:
                 return 1
+        return best
+
+    def keep_after(self, n: int, key: object, rows: int, seconds: float, tokens: float, reach: float) -> int:
+        """keep() for n free tokens proposed after a round's `rows` (expected to take `seconds` and yield `tokens`,
+        all of them passing with chance `reach`): the e <= n that gives the least expected time per token, each
+        token a verify row more, passing as this kind of proposal does once all before it pass; 0: none."""
+        verify, c = self.cost.t_verify, self.keyed(key)
+        best, best_cost, gained = 0, seconds / tokens, 0.0
+        for e, a in enumerate(c.acceptances(n), 1):
+            reach *= a
+            gained += reach
+            more = verify(rows + e + 1)
+            if more is None:
+                break
+            cost = (seconds - verify(rows + 1) + more) / (tokens + gained)
+            if cost < best_cost:
+                best, best_cost = e, cost
         return best
 
     def plan(self, k: int, lead: CostModel, n_lead: int, least: int = 0, behind: int = 0,
