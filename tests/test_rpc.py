@@ -88,6 +88,22 @@ def test_a_target_split_over_two_servers_writes_what_it_writes_locally(smollm_f1
         e.close(), local.close()
 
 
+def test_a_prompt_read_over_a_server_is_the_prompts_time(smollm_f16, servers):
+    """An rpc-server computes asynchronously: a decode that asks for no logits returns once it is sent. The prompt's
+    read waits until it is computed, so its time is the prompt's (stats.prompt_s) and the first round costs a
+    step, not the prompt (it did: 4 ms for a prompt, 101 ms for its first round, 14 ms for the next ones)."""
+    e = edgespec.Engine.load(smollm_f16, n_ctx=2048, rpc=servers[:1])
+    try:
+        words = "The quick brown fox jumps over the lazy dog by the river at dawn. " * 80
+        tokens = e.tokenize(words)[:900]
+        r = e.generate(tokens, max_tokens=6, speculative=False)
+        assert r.stats.n_prompt_evaluated == len(tokens) - 1
+        first, later = r.stats.rounds[0].seconds, max(x.seconds for x in r.stats.rounds[1:])
+        assert first < r.stats.prompt_s / 4, (first, r.stats.prompt_s, later)
+    finally:
+        e.close()
+
+
 def test_the_draft_on_a_server_of_its_own_and_the_target_here(smollm_f16, servers):
     local, e = spec_engine(smollm_f16), spec_engine(smollm_f16, draft_rpc=servers[1:])
     try:

@@ -332,11 +332,30 @@ class Context(_Context):
         self._tree = self._fork = None
 
     def sync(self, seq: Sequence[int]) -> int:
-        """Make the cache hold exactly seq, keeping the prefix it already shares with seq; returns tokens decoded."""
+        """Make the cache hold exactly seq, keeping the prefix it already shares with seq; returns tokens decoded.
+
+        It returns once they are computed. Where the backend computes asynchronously a decode that asks for no
+        logits returns once it is queued, and the next call that reads logits waits for it: the prompt's time
+        went to the first round after it (over an rpc-server, a 40-token prompt read in 4 ms and a first round of
+        101 ms against 15 ms locally and 14 ms for the rounds after it). llama_synchronize waits for a GPU; an
+        rpc-server answers no command that computes, and llama_synchronize only waits until the commands are
+        sent, so there the last token's logits are asked for (one row: the server answers once it has computed)."""
         keep = self.common_prefix(seq)
         self.truncate(keep)
-        self.decode(seq[keep:])
-        return len(seq) - keep
+        new = seq[keep:]
+        self.decode(new, [len(new) - 1] if new and self.model.rpc else [])
+        if new:
+            self.synchronize()
+        return len(new)
+
+    def synchronize(self) -> None:
+        """Wait until what was decoded is computed (on a GPU; see sync() for an rpc-server)."""
+        self._open()
+        t0 = time.perf_counter()
+        try:
+            ll.llama_synchronize(self._ptr)
+        finally:
+            self.llama_s += time.perf_counter() - t0
 
     def common_prefix(self, seq: Sequence[int]) -> int:
         return common_prefix(self.tokens, seq)
