@@ -12,6 +12,7 @@ drafted round (start_costs, calibrate).
 """
 from __future__ import annotations
 
+import statistics
 import time
 import weakref
 from typing import Sequence
@@ -88,15 +89,20 @@ class Drafting:
         # The first call of a shape allocates; keep that out of the numbers. Over an rpc-server the first decode of
         # each batch size is slow, the next ones not (10 ms away: a first two-row decode took 5.1x a one-row one,
         # 1.3-1.5x the next times; bench/results/calibrate-*.log), so there each size is decoded once before timing.
+        # Over a network single timings stray as well (a one-row decode 99 ms where the others took 16-22, two
+        # rows dearer than three: bench/results/rpc-smollm-synced.log's `verify cost` lines), and a row count the
+        # policy then never drafts is never timed again: there each size is timed in three passes, the median kept.
         for m in sizes if target.model.rpc else [1]:
             target.decode(filler * m, range(m))
             target.truncate(held)
-        curve = {}
-        for m in sizes:
-            t0 = time.perf_counter()
-            target.decode(filler * m, range(m))
-            curve[m] = time.perf_counter() - t0
-            target.truncate(held)
+        times: dict[int, list[float]] = {m: [] for m in sizes}
+        for _ in range(3 if target.model.rpc else 1):
+            for m in sizes:
+                t0 = time.perf_counter()
+                target.decode(filler * m, range(m))
+                times[m].append(time.perf_counter() - t0)
+                target.truncate(held)
+        curve = {m: statistics.median(t) for m, t in times.items()}
         for m, t in curve.items():
             self.cost.observe_verify(m, t)
         return curve
