@@ -2,7 +2,9 @@
 
 Invariant at the top of each round: the target's cache holds seq[:-1]; seq[-1] (the newest token) is decoded in
 the same batch as the draft, so one target call scores the K drafts and yields the bonus row. With no proposer,
-or k = 0, the very same path is plain one-token-at-a-time decoding: the baseline shares every line of it.
+or k = 0, the very same path is plain one-token-at-a-time decoding: the baseline shares every line of it. The one
+exception is the first round: the prompt is read whole and its last row kept (_Run.first_row), so a first round
+that drafts nothing decodes nothing, as llama.cpp's own examples take the first token from the prompt's batch.
 
 Who drafts how many tokens in a round is chain.py's (its policies: drafting.py's); a generation's state is a _Run.
 """
@@ -242,8 +244,10 @@ class Engine:
 
     def _prefill(self, run: "_Run", begin: bool = True) -> None:
         t0 = time.perf_counter()
-        # Reuse whatever prefix the cache already holds (a previous turn); seq[-1] is decoded by the first round.
-        run.stats.n_prompt_evaluated = self.target.sync(run.seq[:-1])
+        # Reuse whatever prefix the cache already holds (a previous turn), read the rest in one batch and keep its
+        # last row, the first token's: a decode fewer before the first token than reading seq[-1] in a round of
+        # its own (over an rpc-server, a round trip fewer too).
+        run.stats.n_prompt_evaluated, run.first_row = self.target.read(run.seq)
         if run.chain is not None and begin:
             run.chain.begin(run.seq)
         run.stats.prompt_s = time.perf_counter() - t0
@@ -264,8 +268,15 @@ class Engine:
             Tree(prop.tokens, prop.parents, list(prop.q) if prop.q is not None else [None] * len(prop.tokens),
                  prop.sources)
         t2 = time.perf_counter()
-        logits = self.target.decode(batch, range(len(batch))) if tree is None else \
-            self.target.decode_tree(seq[-1], tree.tokens, tree.parents)
+        first, run.first_row = run.first_row, None
+        cached = first is not None and not prop.tokens  # the prompt's last row is this round's only row
+        if cached:
+            logits = first[None, :]
+        else:
+            if first is not None:  # the round decodes seq[-1] with its drafts: back to the invariant
+                self.target.truncate(len(seq) - 1)
+            logits = self.target.decode(batch, range(len(batch))) if tree is None else \
+                self.target.decode_tree(seq[-1], tree.tokens, tree.parents)
         t3 = time.perf_counter()
         dead_end = None
         if run.guide is not None:  # each row masked and penalised by the text up to it
@@ -314,7 +325,7 @@ class Engine:
         t4 = time.perf_counter()
         for phase, dt in (("draft", t1 - t0), ("prepare", t2 - t1), ("verify", t3 - t2), ("accept", t4 - t3)):
             stats.phase_s[phase] += dt
-        if reason != "first":  # the first decode after a prompt finishes its work (over RPC: 10x a step)
+        if reason != "first" and not cached:  # (the prompt's row: read with the prompt, not a verify)
             self._cost.observe_verify(len(batch), t3 - t2)
         depth, taken = (max(tree.shape()[0]), tuple(prop.sources[i] for i in path)) if tree is not None \
             else (None, None)
@@ -383,3 +394,4 @@ class _Run:
     chain: Chain | None
     guide: Guide | None = None  # grammar, penalties, logit bias: what shapes each row by the text before it
     out: list[int] = field(default_factory=list)
+    first_row: np.ndarray | None = None  # the prompt's last row (the first token's), until the first round

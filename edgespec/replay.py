@@ -214,7 +214,7 @@ class ReplayContext:
     def clear(self) -> None:
         self.tokens.clear()
 
-    sync, common_prefix = Context.sync, Context.common_prefix  # (they use only the methods above)
+    sync, read, common_prefix = Context.sync, Context.read, Context.common_prefix  # (they use only the above)
 
     def synchronize(self) -> None:
         pass  # (each decode is paid for when it is made)

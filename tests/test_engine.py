@@ -156,6 +156,32 @@ def test_second_generation_reuses_the_cached_prompt(engine):
     assert r.stats.n_prompt_evaluated < r.stats.n_prompt - 20
 
 
+def test_the_first_token_comes_from_the_prompts_own_read(engine, monkeypatch):
+    """The prompt is read whole and its last row is the first token's (one decode fewer before it): a plain
+    generation of n tokens makes n decodes, the prompt's included, and its tokens are the greedy ones a fresh cache
+    gives; the same prompt again (held whole by the cache) decodes its last token once more and nothing else."""
+    calls = []
+    decode = type(engine.target).decode
+    monkeypatch.setattr(type(engine.target), "decode",
+                        lambda self, *a, **k: calls.append(len(a[0])) or decode(self, *a, **k))
+    prompt = engine.tokenize("Lorem ipsum dolor sit amet, consectetur adipiscing")
+    engine.target.clear()
+    r = engine.generate(prompt, max_tokens=4, speculative=False)
+    assert calls == [len(prompt), 1, 1, 1] and r.stats.n_prompt_evaluated == len(prompt)
+    fresh, text, want = Context(engine.model, 512), list(prompt), []
+    try:
+        for _ in range(4):  # greedy from a fresh cache: the prompt in one decode, then a token at a time
+            new = text[len(fresh.tokens):]
+            want.append(int(np.argmax(fresh.decode(new, [len(new) - 1])[0])))
+            text.append(want[-1])
+    finally:
+        fresh.close()
+    assert r.tokens == want
+    del calls[:]
+    again = engine.generate(prompt, max_tokens=4, speculative=False)
+    assert again.tokens == want and again.stats.n_prompt_evaluated == 1 and calls == [1, 1, 1, 1]
+
+
 def test_chat_template_from_metadata(engine):
     text = engine.model.detokenize(engine.tokenize("hi", chat_format=True, system="be brief"))
     # special tokens render as nothing in pieces; the structure shows through the roles

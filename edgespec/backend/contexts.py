@@ -348,6 +348,15 @@ class Context(_Context):
             self.synchronize()
         return len(new)
 
+    def read(self, seq: Sequence[int]) -> tuple[int, np.ndarray]:
+        """Make the cache hold exactly seq and return how many tokens that decoded and the logits of its last row
+        (where seq is held whole already, its last token is decoded again for them). Reading logits waits for the
+        computation, on every backend."""
+        keep = min(self.common_prefix(seq), len(seq) - 1)
+        self.truncate(keep)
+        new = seq[keep:]
+        return len(new), self.decode(new, [len(new) - 1])[0]
+
     def synchronize(self) -> None:
         """Wait until what was decoded is computed (on a GPU; see sync() for an rpc-server)."""
         self._open()
