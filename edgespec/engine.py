@@ -220,7 +220,7 @@ class Engine:
             finish = "length" if max_tokens == 0 else None
             while finish is None:
                 room = self.target.room  # this round decodes seq[-1] and k drafts: k + 1 cells
-                if room < 1:
+                if room < 1 and run.first_row is None:  # (the prompt's row needs none: a full prompt's token)
                     finish = "length"
                     break
                 emitted, finish = self._round(run, 0 if later else min(room - 1, max_tokens - len(run.out) - 1))

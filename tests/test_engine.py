@@ -134,6 +134,11 @@ def test_full_context_finishes_with_length(tiny_pair):
     e.close()
     assert spec.finish_reason == plain.finish_reason == "length"
     assert spec.tokens == plain.tokens and len(spec.tokens) == 256 - n_prompt + 1
+    with edgespec.Engine.load(*tiny_pair, n_ctx=256, draft_max=4) as e:  # a prompt that fills the context: one token
+        prompt = e.tokenize("x" * 256)
+        assert len(prompt) == e.target.n_ctx == 256
+        r = e.generate(prompt, max_tokens=5)
+        assert r.finish_reason == "length" and len(r.tokens) == 1
 
 
 def test_prompt_longer_than_context_is_a_clear_error(tiny_pair):
