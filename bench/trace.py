@@ -75,10 +75,7 @@ def trace(engine: Engine, strategies: Strategies, items, modes, max_tokens: int)
                           f" ms, acceptance {[round(x, 2) for x in c.acceptances(6)]}, best K {c.best_k(8)[0]}, "
                           f"outcomes x{policy.outcomes.optimism():.2f}, hopeless {policy.hopeless()}")
                     print(f"   T_v {({m: round(1000 * t, 1) for m, t in sorted(c.verify_s.items())})} ms, step "
-                          f"{1000 * (policy.step_s or 0):.1f} ms, read {1000 * (policy.read_s or 0):.1f} ms"
-                          if hasattr(policy, "read_s") else
-                          f"   T_v {({m: round(1000 * t, 1) for m, t in sorted(c.verify_s.items())})} ms, step "
-                          f"{1000 * (policy.step_s or 0):.1f} ms")
+                          f"{1000 * (policy.step_s or 0):.1f} ms, read {1000 * (part.read_s or 0):.1f} ms")
 
 
 if __name__ == "__main__":

@@ -333,13 +333,13 @@ class Context(_Context):
 
     def sync(self, seq: Sequence[int]) -> int:
         """Make the cache hold exactly seq, keeping the prefix it already shares with seq; returns tokens decoded.
+        (A draft model's prompt; the target's is read(), which needs its last row anyway.)
 
         It returns once they are computed. Where the backend computes asynchronously a decode that asks for no
-        logits returns once it is queued, and the next call that reads logits waits for it: the prompt's time
-        went to the first round after it (over an rpc-server, a 40-token prompt read in 4 ms and a first round of
-        101 ms against 15 ms locally and 14 ms for the rounds after it). llama_synchronize waits for a GPU; an
-        rpc-server answers no command that computes, and llama_synchronize only waits until the commands are
-        sent, so there the last token's logits are asked for (one row: the server answers once it has computed)."""
+        logits returns once it is queued, and the next call that reads logits waits for it: a prompt's time went
+        to the first decode after it (bench/prompt_read.py). llama_synchronize waits for a GPU; an rpc-server
+        answers no command that computes, and llama_synchronize only waits until the commands are sent, so there
+        the last token's logits are asked for (one row: the server answers once it has computed)."""
         keep = self.common_prefix(seq)
         self.truncate(keep)
         new = seq[keep:]

@@ -1,0 +1,86 @@
+"""A draft-length policy's choices of how much of what is offered to verify: of a free proposer's tokens (keep), of
+free tokens offered after a round's own (keep_after: lookup continuing a draft model's quotation), and a chain's
+split between a free lead and a part that drafts at a cost (plan). Each by the least expected time per token. A
+mixin of tuning.DraftLength, whose cost model, acceptance by kind (keyed), outcomes and margin it reads."""
+from __future__ import annotations
+
+from .costs import CATCH_UP_HORIZON, CostModel
+
+
+class Splits:
+    def keep(self, n: int, key: object = None, recheck_every: int = 16) -> int:
+        """How many of n proposed tokens to verify (a "free" round): the k <= n with the least expected verify time
+        per token, k = 0 being a plain step. A kind of proposal judged not worth verifying is still verified one
+        token deep every recheck_every-th time (0: never; a chain learns from what was declined without verifying
+        it), so its estimate can recover when the text changes."""
+        c = self.keyed(key)
+        best, best_cost = 0, c.t_verify(1)
+        if best_cost is None:
+            return n
+        for k, expected in enumerate(c.expected(n)[1:], 1):
+            cost = c.t_verify(k + 1) / expected
+            if cost < best_cost:
+                best, best_cost = k, cost
+        if best == 0 and n and recheck_every:
+            self._declined[key] = self._declined.get(key, 0) + 1
+            if self._declined[key] % recheck_every == 0:
+                return 1
+        return best
+
+    def keep_after(self, n: int, key: object, rows: int, seconds: float, tokens: float, reach: float) -> int:
+        """keep() for n free tokens proposed after a round's `rows` (expected to take `seconds` and yield `tokens`,
+        all of them passing with chance `reach`): the e <= n that gives the least expected time per token, each
+        token a verify row more, passing as this kind of proposal does once all before it pass; 0: none."""
+        verify, c = self.cost.t_verify, self.keyed(key)
+        best, best_cost, gained = 0, seconds / tokens, 0.0
+        for e, a in enumerate(c.acceptances(n), 1):
+            reach *= a
+            gained += reach
+            more = verify(rows + e + 1)
+            if more is None:
+                break
+            cost = (seconds - verify(rows + 1) + more) / (tokens + gained)
+            if cost < best_cost:
+                best, best_cost = e, cost
+        return best
+
+    def plan(self, k: int, lead: CostModel, n_lead: int, least: int = 0, behind: int = 0,
+             read_s: float = 0.0, horizon: int = CATCH_UP_HORIZON) -> tuple[int, int]:
+        """In a chain, behind a free part that offered n_lead tokens (its acceptance for proposals of that kind:
+        `lead`): keep j of them and draft f of this part's own after them, j + f <= k and f >= least, for the least
+        expected time per token. The round costs T_v(j+f+1) + T_d(f) and yields E_lead[j] + P(all j pass) *
+        (E_own[f] - 1): f = 0 is the lead alone, j = 0 this part alone, both 0 a plain round. So the chain is never
+        expected to do worse than the better of its parts, or than not speculating. Ties go to fewer rows.
+
+        When this part drafts it first reads what it has not seen (`behind` tokens and the j kept, read_s seconds
+        each). That is paid once, and then this part drafts from where the text is: it is spread over the next
+        `horizon` tokens (CATCH_UP_HORIZON, or what the text has left), not charged to this round's few. Charged to
+        the round, a lead whose tokens passed made the next round's reading look dearer than any draft could repay,
+        the plan declined, the draft fell further behind, and a text the draft model suited went plain (held-out
+        replay, memory-bound: the hybrid 1.538x against the draft model's 1.550x; spread, 1.555x).
+
+        This part drafts (outside learning rounds) only where that is expected to cost under `margin` times the best
+        split without it, as a proposer alone must beat plain by the margin: estimates are noisy, and the least of
+        several noisy estimates is an optimistic one, so near a tie the round without draft work is the safer; and
+        where this part's drafted rounds have cost more per token than expected (outcomes), by that much more."""
+        c = self.cost
+        verify = [c.t_verify(m) for m in range(1, k + 2)]
+        draft = [c.t_draft(f) for f in range(k + 1)]
+        if verify[0] is None or draft[k] is None:  # not timed yet: follow the lead, fill the round
+            return min(n_lead, k - least), max(least, k - n_lead)
+        own, led, lead_a = c.expected(k), lead.expected(n_lead), lead.acceptances(n_lead)
+        inf = float("inf")
+        best = {False: ((0, 0), verify[0] if least == 0 else inf), True: ((0, 0), inf)}  # by "this part drafts"
+        all_pass = 1.0
+        for j in range(min(n_lead, k - least) + 1):
+            if j:
+                all_pass *= lead_a[j - 1]
+            for f in range(max(least, 1 if j == 0 else 0), k - j + 1):
+                if draft[f] is None:
+                    continue
+                reading = (behind + j) * read_s if f and behind + j > 1 else 0.0
+                cost = (verify[j + f] + draft[f]) / (led[j] + all_pass * (own[f] - 1)) + reading / horizon
+                if cost < best[f > 0][1]:
+                    best[f > 0] = (j, f), cost
+        (without, cost0), (drafting, cost1) = best[False], best[True]
+        return drafting if least or cost1 * self.outcomes.optimism() < self.margin * cost0 else without
