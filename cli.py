@@ -1,5 +1,5 @@
 """`python cli.py ...` runs the same command line as the installed `edgespec` script."""
-from edgespec.cli import main
+from edgespec.exits import launch
 
 if __name__ == "__main__":
-    main()
+    launch()

@@ -1,3 +1,3 @@
-from .cli import main
+from .exits import launch
 
-main()
+launch()

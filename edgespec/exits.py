@@ -1,5 +1,6 @@
 """How the edgespec process ends: SIGTERM and SIGHUP become exceptions that stop work as Ctrl-C does, and every
-way a command can stop becomes one line on stderr and a documented exit code, never a traceback.
+way a command can stop becomes one line on stderr and a documented exit code, never a traceback. The program starts
+here (launch()), so its own imports are light: a signal must be handled from the first moment.
 
 Exit codes: 0 done; 1 could not do what was asked (a model file, a download, the context, writing the output);
 2 the command line, the settings file or an EDGESPEC_* variable is wrong; 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP
@@ -13,22 +14,39 @@ import signal
 import sys
 import threading
 
-import click
-
 from .errors import EdgespecError, InvalidArgument, Terminated
 
 EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_BUG = 1, 2, 130, 70
 SIGNAL_EXIT = {signal.SIGTERM: 143, signal.SIGHUP: 129}
 
 
-def run(command: click.Command, argv: list[str] | None, interrupted: type[BaseException]) -> None:
-    """Run a click command (standalone_mode off, so that this function decides every exit) and exit."""
-    for signum in SIGNAL_EXIT:  # stop as Ctrl-C does: what was generated is printed (and a chat kept)
-        signal.signal(signum, _terminate)
-    signal.signal(signal.SIGINT, _interrupt)
-    if hasattr(sys.stdin, "reconfigure"):  # bytes that are not UTF-8 arrive as lone surrogates, checked in use
-        sys.stdin.reconfigure(errors="surrogateescape")
+def launch() -> None:
+    """The `edgespec` program (its console script, `python -m edgespec`, cli.py). A signal that comes while the
+    command line's modules import (click, the options: a fraction of a second, more on a busy machine; measured
+    under load, 4 of 80 Ctrl-Cs in the first 0.1-0.2 s were tracebacks) is held, then stops the process as it would
+    have later: one line and its exit code."""
+    held: list[int] = []
+    for signum in (signal.SIGINT, *SIGNAL_EXIT):
+        signal.signal(signum, lambda signum, frame: held.append(signum))
+    from .cli import Interrupted, cli
+
+    run(cli, None, Interrupted, held)
+
+
+def run(command, argv: list[str] | None, interrupted: type[BaseException], held: list[int] | None = None) -> None:
+    """Run a click command (standalone_mode off, so that this function decides every exit) and exit. held: signals
+    that came before (launch())."""
+    import click
+
     try:
+        for signum in SIGNAL_EXIT:  # stop as Ctrl-C does: what was generated is printed (and a chat kept)
+            signal.signal(signum, _terminate)
+        signal.signal(signal.SIGINT, _interrupt)
+        sys.unraisablehook = _unraisable
+        if held:
+            raise KeyboardInterrupt if held[0] == signal.SIGINT else Terminated(SIGNAL_EXIT[held[0]])
+        if hasattr(sys.stdin, "reconfigure"):  # bytes that are not UTF-8 arrive as lone surrogates, checked in use
+            sys.stdin.reconfigure(errors="surrogateescape")
         command.main(args=argv, prog_name="edgespec", standalone_mode=False)
         code = 0
     except click.exceptions.Exit as e:
@@ -71,6 +89,19 @@ def _interrupt(signum, frame) -> None:
         raise KeyboardInterrupt
 
 
+def _unraisable(info) -> None:
+    """An interrupt raised where Python can only print and drop it (a __del__, a ctypes callback not listed below)
+    would be lost, the command running on to its end (seen once: Ctrl-C at start-up, exit 0 after a full run):
+    the signal is sent again a moment later, once back in ordinary code. Anything else is reported as usual."""
+    exc = info.exc_value
+    if isinstance(exc, (KeyboardInterrupt, Terminated)):
+        signum = signal.SIGINT if isinstance(exc, KeyboardInterrupt) else \
+            {code: s for s, code in SIGNAL_EXIT.items()}.get(exc.args[0] if exc.args else 143, signal.SIGTERM)
+        threading.Timer(0.005, os.kill, (os.getpid(), signum)).start()
+        return
+    sys.__unraisablehook__(info)
+
+
 # Python callbacks llama.cpp calls (its log, a load's progress): an exception raised in one cannot cross into C,
 # ctypes prints and drops it, and the signal would be lost (seen: Ctrl-C during start-up ignored, exit 0).
 _CALLBACKS = {("edgespec.backend.llama", "_log_callback"), ("edgespec.backend.llama", "progress"),
@@ -105,6 +136,8 @@ def _deferred(signum: int, frame) -> bool:
 
 
 def _say(message: str, code: int, prefix: str = "edgespec: error: ") -> int:
+    import click
+
     try:
         click.echo(prefix + message, err=True)
     except OSError:
