@@ -22,8 +22,8 @@ SIGNAL_EXIT = {signal.SIGTERM: 143, signal.SIGHUP: 129}
 
 def launch() -> None:
     """The `edgespec` program (its console script, `python -m edgespec`, cli.py). A signal that comes while the
-    command line's modules import (click, the options: a fraction of a second, more on a busy machine; measured
-    under load, 4 of 80 Ctrl-Cs in the first 0.1-0.2 s were tracebacks) is held, then stops the process as it would
+    command line's modules import (click, the options: a fraction of a second, more on a busy machine, where a
+    Ctrl-C in the first 0.1-0.2 s was a traceback) is held, then stops the process as it would
     have later: one line and its exit code."""
     held: list[int] = []
     for signum in (signal.SIGINT, *SIGNAL_EXIT):

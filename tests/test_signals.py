@@ -112,8 +112,8 @@ launch()
 
 @pytest.mark.parametrize("sig,rc,word", [("SIGINT", 130, "interrupted"), ("SIGTERM", 143, "terminated")])
 def test_a_signal_while_the_command_line_imports_is_one_line(tiny_pair, sig, rc, word):
-    """Before the handlers of exits.run are in place (click, the options importing: measured under load, 4 of 80
-    Ctrl-Cs in the first 0.2 s were a traceback): the signal is held, then ends the process as later."""
+    """Before the handlers of exits.run are in place (click, the options importing: on a busy machine a Ctrl-C in
+    the first 0.1-0.2 s was a traceback): the signal is held, then ends the process as later."""
     proc = subprocess.run([sys.executable, "-c", IMPORT_SIGNAL.format(sig=sig, model=str(tiny_pair[0]))],
                           capture_output=True, timeout=60)
     assert proc.returncode == rc, proc.stderr
