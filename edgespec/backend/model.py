@@ -17,10 +17,13 @@ class Model(_Freed):
     """A loaded GGUF model: weights and vocabulary, no KV cache."""
 
     def __init__(self, path: str | os.PathLike, n_gpu_layers: int = 0, vocab_only: bool = False,
-                 rpc: str | Sequence[str] = (), tensor_split: Sequence[float] = ()) -> None:
+                 rpc: str | Sequence[str] = (), tensor_split: Sequence[float] = (), repack: bool = True) -> None:
         """rpc: endpoints of rpc-servers (rpc.py) whose devices take this model's offloaded layers before the local
         GPUs' (n_gpu_layers 0 then means all of them); without it, once a process uses servers, a model stays on
-        this machine. tensor_split: the proportion of layers for each device, in that order."""
+        this machine. tensor_split: the proportion of layers for each device, in that order. repack=False: the
+        CPU's weights in the file's own layout (llama.cpp's --no-repack; what an rpc-server computes from, which
+        gets the weights over the network as plain buffers), else repacked where llama.cpp has faster CPU kernels
+        for the layout (Q4_0 and Q4_K among others, on AVX2 and ARM)."""
         self.path = os.fspath(path)
         self.n_gpu_layers = n_gpu_layers = -1 if rpc and n_gpu_layers == 0 else n_gpu_layers
         self.rpc = rpc_backend.parse(rpc) if rpc else []
@@ -40,6 +43,7 @@ class Model(_Freed):
         params = ll.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
         params.vocab_only = vocab_only  # metadata and vocabulary without the weights: instant, for checks
+        params.use_extra_bufts = repack
         devices = split = None  # kept alive for the load
         if self.rpc or (rpc_backend.uses_servers() and not vocab_only):
             devices = rpc_backend.device_list((rpc_backend.devices(self.rpc) if self.rpc else [])
