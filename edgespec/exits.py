@@ -91,7 +91,7 @@ def _interrupt(signum, frame) -> None:
 
 def _unraisable(info) -> None:
     """An interrupt raised where Python can only print and drop it (a __del__, a ctypes callback not listed below)
-    would be lost, the command running on to its end (seen once: Ctrl-C at start-up, exit 0 after a full run):
+    would be lost, the command running on to its end (the shape of a test failure seen once, not traced to it):
     the signal is sent again a moment later, once back in ordinary code. Anything else is reported as usual."""
     exc = info.exc_value
     if isinstance(exc, (KeyboardInterrupt, Terminated)):
