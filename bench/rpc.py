@@ -11,9 +11,17 @@ slow drift as much as jitter), each from no profile, or with `--tune S` from the
 that setting first (each setting has its own endpoint, so its own profile). It prints, per setting, plain
 ms/token and each mode's speed-up over plain in the same run (the median over rounds, and each round's).
 
+`--one-process` runs every setting in this one process instead, item by item: an engine per setting (locally, and
+per delay over its own rpc-server, an rpc-server serving one client, behind its own proxy), every prompt measured
+in every setting before the next prompt, the settings' order rotated. A slow spell of the machine (this one's F16
+step drifts between about 85 and 130 ms over minutes) then falls on every setting alike, where one process per
+setting meets it in one setting only; the cost is memory: the target's weights once per rpc-server (F16 1.5B: 3.6
+GB each). Each round starts every setting's drafting policies anew, as a new process would.
+
     bench/rpc.py --config memory --modes plain,draft,draft:4 [--delays 0,0.5,2,10] [--rounds 2] [-- bench options]
     bench/rpc.py --target MODEL --modes plain,lookup      (no draft: prompt lookup alone)
     bench/rpc.py --target T.gguf --draft D.gguf ...       (any pair)
+    bench/rpc.py --config memory --one-process --delays 0,0.5,2 ...   (all settings in one process, prompt by prompt)
 
 Run it alone: the rpc-server computes on the same cores as everything else.
 """
@@ -146,6 +154,8 @@ def main() -> None:
     ap.add_argument("--summary", metavar="JSON", help="print the table of a saved --json file, run nothing")
     ap.add_argument("--tune", type=int, metavar="SECONDS", help="first run `edgespec tune --seconds SECONDS` in each "
                     "setting, so every bench starts from its own profile (default: none, as on a new machine)")
+    ap.add_argument("--one-process", action="store_true", help="every setting in this process, prompt by prompt "
+                    "(an rpc-server and an engine per delay: the target's memory once per delay)")
     ap.add_argument("--spin", type=_spin, metavar="COUNT|default",
                     help="GOMP_SPINCOUNT for the rpc-server and every edgespec process of the run, local ones too "
                          "(default: $GOMP_SPINCOUNT if set, else 10000; 'default': libgomp's own). Both ends share "
@@ -165,20 +175,15 @@ def main() -> None:
     delays = [float(x) for x in args.delays.split(",")]
     modes = [m for m in args.modes.split(",") if m != "plain"]
     rows = 1 + max([int(m.split(":")[1].split("@")[0]) for m in modes if ":" in m] or [4])
-    port = free_port()
-    server = subprocess.Popen([str(SERVER), "-H", "127.0.0.1", "-p", str(port), "-t", str(args.threads)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if args.one_process:
+        return one_process(args, extra, delays, modes, rows)
+    server, port = start_server(args.threads)
     runs: dict[str, list[dict]] = {}
     try:
         time.sleep(1.0)
         proxy = DelayProxy(port, 0.0)
         net = {k: {str(m): t for m, t in v.items()} for k, v in network_cost(args, proxy, delays, rows).items()}
-        print(f"\nnetwork cost of one decode (median of 9, interleaved; T(1) / T({rows}) rows, ms):", flush=True)
-        for name, t in net.items():
-            r = str(rows)
-            extra_ms = "" if name == "local" else (f"   +{1000 * (t['1'] - net['local']['1']):.1f} / "
-                                                    f"+{1000 * (t[r] - net['local'][r]):.1f} over local")
-            print(f"  {name:<12}{1000 * t['1']:8.1f} /{1000 * t[r]:7.1f}{extra_ms}", flush=True)
+        show_network(net, rows)
         # a proxy (an endpoint, so a profile) per delay, as each link would be its own host
         endpoints = {"local": None, **{f"rpc+{d:g}ms": f"127.0.0.1:{DelayProxy(port, d / 1000).port}" for d in delays}}
         with tempfile.TemporaryDirectory() as tmp:
@@ -200,9 +205,105 @@ def main() -> None:
     summary(runs, net, modes)
 
 
+def show_network(net: dict, rows: int) -> None:
+    """The table of a one-row and a `rows`-row decode's seconds per setting, and what the link adds."""
+    print(f"\nnetwork cost of one decode (median of 9, interleaved; T(1) / T({rows}) rows, ms):", flush=True)
+    for name, t in net.items():
+        r = str(rows)
+        extra_ms = "" if name == "local" else (f"   +{1000 * (t['1'] - net['local']['1']):.1f} / "
+                                                f"+{1000 * (t[r] - net['local'][r]):.1f} over local")
+        print(f"  {name:<12}{1000 * t['1']:8.1f} /{1000 * t[r]:7.1f}{extra_ms}", flush=True)
+
+
+def start_server(threads: int) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    server = subprocess.Popen([str(SERVER), "-H", "127.0.0.1", "-p", str(port), "-t", str(threads)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return server, port
+
+
+def _bench_options(extra: list[str]) -> argparse.Namespace:
+    """The `edgespec bench` options that pick prompts, for the settings measured in this process."""
+    ap = argparse.ArgumentParser(prog="bench/rpc.py --one-process ... --")
+    ap.add_argument("--workload")
+    ap.add_argument("--category", action="append")
+    ap.add_argument("--limit", type=int)
+    ap.add_argument("--skip", type=int, default=0)
+    ap.add_argument("--max-tokens", "-n", type=int, default=64)
+    ap.add_argument("--ctx-size", "-c", type=int, default=4096)
+    return ap.parse_args(extra)
+
+
+def one_process(args, extra: list[str], delays: list[float], modes: list[str], rows: int) -> None:
+    """Every setting in this process, prompt by prompt (the module's docstring says why); the same summary."""
+    import statistics
+
+    import edgespec
+    from edgespec import benchmark
+
+    opts = _bench_options(extra)
+    items = benchmark.select(benchmark.read_jsonl(opts.workload) if opts.workload else benchmark.builtin(),
+                             opts.category, opts.limit, opts.skip)
+    target, draft = (Path(args.target), None) if args.target and not args.draft else pairs.pair_of(args)
+    all_modes = ["plain", *modes]
+    servers, engines = [], {}
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["EDGESPEC_PROFILES"] = str(Path(tmp) / "profiles")  # this run's own: none, or tuned here
+        try:
+            endpoints: dict[str, str | None] = {"local": None}
+            for d in delays:  # an rpc-server per setting (one serves one client), behind its own proxy
+                server, port = start_server(args.threads)
+                servers.append(server)
+                time.sleep(1.0)
+                endpoints[f"rpc+{d:g}ms"] = f"127.0.0.1:{DelayProxy(port, d / 1000).port}"
+            if args.tune:
+                for endpoint in endpoints.values():
+                    run_edgespec(args, ["tune", "--seconds", str(args.tune)], endpoint)
+            for name, endpoint in endpoints.items():
+                print(f"# loading {name}", flush=True)
+                engines[name] = edgespec.Engine.load(target, draft, n_ctx=opts.ctx_size, n_threads=args.threads,
+                                                     rpc=[endpoint] if endpoint else None)
+            times: dict[str, list[dict]] = {}  # the network's cost of one decode, as network_cost() times it
+            for _ in range(9):
+                for name, e in engines.items():
+                    times.setdefault(name, []).append(e.calibrate([1, rows]))
+            net = {name: {str(m): statistics.median(c[m] for c in cs) for m in (1, rows)} for name, cs in times.items()}
+            show_network(net, rows)
+            runs: dict[str, list[dict]] = {}
+            names = list(engines)
+            for r in range(args.rounds):
+                sessions = {name: benchmark.Session(e, all_modes, list(dict.fromkeys(it.category for it in items)),
+                                                    opts.max_tokens) for name, e in engines.items()}
+                for i, it in enumerate(items):
+                    turn = (i + r) % len(names)
+                    for name in [*names[turn:], *names[:turn]]:
+                        results = sessions[name].measure(it, 0, i + r)
+                        if results is not None:
+                            print(f"[round {r + 1}/{args.rounds}, {i + 1}/{len(items)}] {name}: "
+                                  f"{benchmark.progress_line(it, results)}", flush=True)
+                for name, session in sessions.items():
+                    rep = session.finish()
+                    runs.setdefault(name, []).append({"rows": rep.rows(), "verify_curve": rep.verify_curve,
+                                                      "divergences": rep.divergences})
+                    for note in rep.divergences:
+                        print(f"{name}: {note}", flush=True)
+        finally:
+            for e in engines.values():
+                e.close(remember=False)
+            for server in servers:
+                server.kill()
+    if args.json_path:
+        Path(args.json_path).write_text(json.dumps(
+            {"command": " ".join(sys.argv), "modes": modes, "one_process": True,
+             "gomp_spincount": os.environ.get("GOMP_SPINCOUNT", "default"), "network_s": net, "runs": runs},
+            indent=1))
+    summary(runs, net, modes)
+
+
 def summary(runs: dict[str, list[dict]], net: dict, modes: list[str]) -> None:
     """Per setting: plain ms/token and each mode's speed-up over plain (the median over rounds, each round's), and
-    the lowest category (of the per-category medians over rounds)."""
+    the lowest category (of the per-category medians over rounds); then what the local run predicts for each link:
+    a round that crosses it once, each plain step once."""
     import statistics
 
     def speedups(name: str, mode: str, category: str = "overall") -> list[float]:
@@ -222,6 +323,25 @@ def summary(runs: dict[str, list[dict]], net: dict, modes: list[str]) -> None:
         print(f"{name:<11}{plain:>13.1f}{add:>12}" + "".join(f"  {c:<40}" for c in cells))
     print("(speed-up over plain in the same process: the median over rounds, each round's, and the category lowest "
           "by its median; net/decode: a one-row decode over the proxy less one here)")
+    if "local" not in runs:
+        return
+    # Each plain step pays the link's cost once, and so does each round, which yields E tokens: with the local run's
+    # plain step T, round R (its ms/token x E) and the link's n, (T + n) E / (R + n). It grows with n toward E.
+    print("\npredicted from the local run, each mode drafting over the link as it did here (plain step T + n, round "
+          "R + n, n the link's cost of a decode; measured in brackets: an adaptive mode that drafts longer over the "
+          "link can beat it):")
+    print(f"{'setting':<11}" + "".join(f"  {m:<22}" for m in modes))
+    for name in runs:
+        n = 0.0 if name == "local" else 1000 * (net[name]["1"] - net["local"]["1"])
+        cells = []
+        for m in modes:
+            each = []  # each local round's own prediction (at n = 0: its own speed-up), then their median
+            for run in runs["local"]:
+                t, o = run["rows"]["plain"]["overall"]["ms_per_token"], run["rows"][m]["overall"]
+                e = o["tokens_per_round"]
+                each.append((t + n) * e / (o["ms_per_token"] * e + n))
+            cells.append(f"{statistics.median(each):.2f}x ({statistics.median(speedups(name, m)):.2f}x)")
+        print(f"{name:<11}" + "".join(f"  {c:<22}" for c in cells))
 
 
 if __name__ == "__main__":

@@ -277,6 +277,78 @@ class Strategies:
         raise AssertionError("stream() ended without a result")  # pragma: no cover
 
 
+class Session:
+    """One engine's measurement, an item at a time: what run() does in a loop, for callers that interleave several
+    engines item by item (bench/rpc.py --one-process: each link's engine in one process, so the machine's drift
+    falls on every setting alike). Construction warms up, times the verify curve and loads the profile; measure()
+    runs every mode on one item; finish() returns the report."""
+
+    def __init__(self, engine: Engine, modes: Sequence[str], categories: Sequence[str], max_tokens: int = 64,
+                 calibrations: int = 1, use_profile: bool = True, fresh: bool = False,
+                 diverged: Callable | None = None) -> None:
+        self.engine, self.modes, self.max_tokens = engine, list(modes), max_tokens
+        self.use_profile, self.fresh, self.diverged = use_profile, fresh, diverged
+        self.strategies = strategies = Strategies(engine)
+        self.report = Report(list(modes), list(categories))
+        self.done = 0
+        warm = engine.tokenize("Hello")
+        strategies.generate("plain", warm, 8)
+        # Timed before any adaptive mode runs, so no mode times it (or saves it) on its own.
+        curves = [engine.calibrate(range(1, 17)) for _ in range(calibrations)]
+        self.report.verify_curve = {m: statistics.median(c[m] for c in curves) for m in curves[0]}
+        for mode in modes:  # the first call of each batch shape allocates: keep it out of the numbers
+            strategies.generate(mode, warm, 8)
+        strategies.by_mode.clear()  # ... and what the warm-up taught the policies out of the figures
+        self.adaptive = [m for m in modes if ":" not in m and m != "plain"]
+        if use_profile:
+            engine.use_profile([strategies.proposer(m) for m in self.adaptive], curve=False)
+
+    def measure(self, it: Item, rep: int = 0, turn: int = 0) -> dict | None:
+        """Every mode on one item (the modes' order rotated by `turn`); returns mode -> (result, wall seconds, seconds
+        to the first token), or None where the item does not fit the context (noted in the report)."""
+        engine, strategies, report, modes = self.engine, self.strategies, self.report, self.modes
+        tokens = it.tokens(engine)
+        if len(tokens) + self.max_tokens > engine.target.n_ctx:
+            report.skipped.append(f"a {it.category} prompt of {len(tokens)} tokens (+ {self.max_tokens} to write) "
+                                  f"does not fit the context of {engine.target.n_ctx}")
+            self.done += 1
+            return None
+        if self.fresh and self.done:  # nothing learned on another text carries over
+            strategies.by_mode.clear()
+            if self.use_profile:
+                engine.use_profile([strategies.proposer(m) for m in self.adaptive], curve=False)
+        turn %= len(modes)
+        results = {}
+        for mode in [*modes[turn:], *modes[:turn]]:
+            results[mode] = strategies.generate(mode, tokens, self.max_tokens)
+        ref = results["plain"][0].tokens
+        if self.diverged is not None:  # (measures with the model: before the tallies, so a Ctrl-C here adds none)
+            report.divergences += [self.diverged(it, tokens, ref, r.tokens, m) for m, (r, _, _) in results.items()
+                                   if r.tokens != ref]
+        for mode, (res, wall, first) in results.items():
+            for cat in (it.category, "overall"):
+                report.tallies.setdefault((rep, mode, cat), Tally()).add(res, wall, first, res.tokens == ref)
+        self.done += 1
+        return results
+
+    def finish(self) -> Report:
+        if not self.report.tallies:
+            raise EdgespecError(f"no prompt of the workload fits the context of {self.engine.target.n_ctx} tokens "
+                                f"with {self.max_tokens} to write; raise --ctx-size")
+        self.report.peak_rss_mb = peak_rss_mb()
+        self.report.policies = {mode: [self.engine.policy(part) for part in parts(p)]
+                                for mode, p in self.strategies.by_mode.items()}
+        return self.report
+
+
+def progress_line(it: Item, results: dict) -> str:
+    """An item's line: its category, plain's ms/token and each mode's speed-up over it."""
+    plain_ms = results["plain"][0].stats.ms_per_token or 0.0
+    line = ", ".join(f"{m} x{plain_ms / r.stats.ms_per_token:.2f}" for m, (r, _, _) in results.items()
+                     if m != "plain" and r.stats.ms_per_token)
+    return f"{it.category}: plain {plain_ms:.0f} ms/token; {line}"
+
+
 def run(engine: Engine, modes: Sequence[str], items: Sequence[Item], max_tokens: int = 64, repeats: int = 1,
         progress: Callable[[int, int, str], None] | None = None, diverged: Callable | None = None,
         budget_s: float | None = None, calibrations: int = 1, use_profile: bool = True, fresh: bool = False) -> Report:
@@ -287,62 +359,22 @@ def run(engine: Engine, modes: Sequence[str], items: Sequence[Item], max_tokens:
     use_profile: the adaptive modes start from what `edgespec tune` measured for their draft, as a new process would.
     fresh: every item starts from new proposers and policies (the profile's figures only): each is a first prompt.
     """
-    strategies = Strategies(engine)
-    report = Report(list(modes), list(dict.fromkeys(it.category for it in items)))
-    warm = engine.tokenize("Hello")
-    strategies.generate("plain", warm, 8)
-    # Timed before any adaptive mode runs, so no mode times it (or saves it) on its own.
-    curves = [engine.calibrate(range(1, 17)) for _ in range(calibrations)]
-    report.verify_curve = {m: statistics.median(c[m] for c in curves) for m in curves[0]}
-    for mode in modes:  # the first call of each batch shape allocates: keep it out of the numbers
-        strategies.generate(mode, warm, 8)
-    strategies.by_mode.clear()  # ... and what the warm-up taught the policies out of the figures
-    adaptive = [m for m in modes if ":" not in m and m != "plain"]
-    if use_profile:
-        engine.use_profile([strategies.proposer(m) for m in adaptive], curve=False)
-    total, done, t0 = len(items) * repeats, 0, time.perf_counter()
+    session = Session(engine, modes, list(dict.fromkeys(it.category for it in items)), max_tokens, calibrations,
+                      use_profile, fresh, diverged)
+    total, t0 = len(items) * repeats, time.perf_counter()
     try:
         for rep in range(repeats):
             for i, it in enumerate(items):
-                if budget_s is not None and done and time.perf_counter() - t0 > budget_s:
+                if budget_s is not None and session.done and time.perf_counter() - t0 > budget_s:
                     break
-                tokens = it.tokens(engine)
-                if len(tokens) + max_tokens > engine.target.n_ctx:
-                    report.skipped.append(f"a {it.category} prompt of {len(tokens)} tokens (+ {max_tokens} to write) "
-                                          f"does not fit the context of {engine.target.n_ctx}")
-                    done += 1
-                    continue
-                if fresh and done:  # nothing learned on another text carries over
-                    strategies.by_mode.clear()
-                    if use_profile:
-                        engine.use_profile([strategies.proposer(m) for m in adaptive], curve=False)
-                turn = (i + rep) % len(modes)
-                results = {}
-                for mode in [*modes[turn:], *modes[:turn]]:
-                    results[mode] = strategies.generate(mode, tokens, max_tokens)
-                ref = results["plain"][0].tokens
-                if diverged is not None:  # (measures with the model: before the tallies, so a Ctrl-C here adds none)
-                    report.divergences += [diverged(it, tokens, ref, r.tokens, m) for m, (r, _, _) in results.items()
-                                           if r.tokens != ref]
-                for mode, (res, wall, first) in results.items():
-                    for cat in (it.category, "overall"):
-                        report.tallies.setdefault((rep, mode, cat), Tally()).add(res, wall, first, res.tokens == ref)
-                done += 1
-                if progress is not None:
-                    plain_ms = results["plain"][0].stats.ms_per_token or 0.0
-                    line = ", ".join(f"{m} x{plain_ms / r.stats.ms_per_token:.2f}" for m, (r, _, _) in results.items()
-                                     if m != "plain" and r.stats.ms_per_token)
-                    progress(done, total, f"{it.category}: plain {plain_ms:.0f} ms/token; {line}")
+                results = session.measure(it, rep, i + rep)
+                if progress is not None and results is not None:
+                    progress(session.done, total, progress_line(it, results))
     except KeyboardInterrupt:
-        if not report.tallies:
+        if not session.report.tallies:
             raise
-        report.interrupted = True  # what was measured so far is kept: the caller shows it, then stops
-    if not report.tallies:
-        raise EdgespecError(f"no prompt of the workload fits the context of {engine.target.n_ctx} tokens with "
-                            f"{max_tokens} to write; raise --ctx-size")
-    report.peak_rss_mb = peak_rss_mb()
-    report.policies = {mode: [engine.policy(part) for part in parts(p)] for mode, p in strategies.by_mode.items()}
-    return report
+        session.report.interrupted = True  # what was measured so far is kept: the caller shows it, then stops
+    return session.finish()
 
 
 def peak_rss_mb() -> float:

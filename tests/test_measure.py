@@ -115,6 +115,30 @@ def test_bench_fresh_starts_every_prompt_anew(tiny_pair, profiles, monkeypatch):
     assert rep.rows()["hybrid"]["overall"]["prompts"] == 2
 
 
+def test_sessions_interleaved_prompt_by_prompt_measure_what_run_does(tiny_pair, profiles):
+    """benchmark.Session, which bench/rpc.py --one-process steps through prompt by prompt for several engines: the
+    same tallies as run() on one engine (greedy: every mode writes plain's tokens), each engine its own report."""
+    items = benchmark.select(benchmark.builtin(), ["code_edit", "math"], limit=1, skip=1)
+    modes = ["plain", "draft", "draft:2"]
+    with edgespec.Engine.load(tiny_pair[0], draft=tiny_pair[1], n_ctx=2048, n_threads=2) as a, \
+            edgespec.Engine.load(tiny_pair[0], draft=tiny_pair[1], n_ctx=2048, n_threads=2) as b:
+        sessions = [benchmark.Session(e, modes, ["code_edit", "math"], max_tokens=8) for e in (a, b)]
+        for i, it in enumerate(items):
+            for s in sessions[i % 2:] + sessions[:i % 2]:
+                results = s.measure(it, 0, i)
+                assert set(results) == set(modes) and "plain" in benchmark.progress_line(it, results)
+        reports = [s.finish() for s in sessions]
+        alone = benchmark.run(a, modes, items, max_tokens=8)
+    for rep in reports:
+        rows = rep.rows()
+        assert set(rows) == set(modes) and len(rep.verify_curve) == 16
+        for mode in modes:
+            o = rows[mode]["overall"]
+            assert o["prompts"] == 2 and o["same_as_plain"] == 2, mode
+            assert o["rounds"] > 0 and o["ms_per_token"] > 0
+    assert {m: alone.rows()[m]["overall"]["prompts"] for m in modes} == {m: 2 for m in modes}
+
+
 def test_bench_refuses_bad_input_in_one_line(tiny_pair, tmp_path):
     r = run("bench", "-m", tiny_pair[0], "--modes", "draft")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "needs a draft model" in r.stderr

@@ -79,7 +79,8 @@ NO_SYSTEM = ("{% if messages[0]['role'] == 'system' %}{{ raise_exception('System
 def write(path: Path, tensors: dict[str, np.ndarray], eos: int = EOT, rename: dict[int, str] | None = None,
           chat_template: str | None = CHATML) -> Path:
     """Write one model. `eos` picks the end-of-generation token; `rename` changes token texts (pair-check tests);
-    chat_template None writes none."""
+    chat_template None writes none. A tensor given as (bytes, type) is written as that quantised type (the bytes
+    from gguf.quants.quantize)."""
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_name("edgespec-tiny")
     w.add_context_length(N_CTX)
@@ -103,7 +104,10 @@ def write(path: Path, tensors: dict[str, np.ndarray], eos: int = EOT, rename: di
     if chat_template is not None:
         w.add_chat_template(chat_template)
     for name, arr in tensors.items():
-        w.add_tensor(name, arr)
+        if isinstance(arr, tuple):
+            w.add_tensor(name, arr[0], raw_dtype=arr[1])
+        else:
+            w.add_tensor(name, arr)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
