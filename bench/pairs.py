@@ -39,6 +39,14 @@ def add_model_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--threads", type=int, default=2)
 
 
+def add_prompt_args(ap: argparse.ArgumentParser) -> None:
+    """The options that pick built-in prompts, as `edgespec bench` names them."""
+    ap.add_argument("--category", action="append")
+    ap.add_argument("--limit", type=int)
+    ap.add_argument("--skip", type=int, default=0)
+    ap.add_argument("--max-tokens", "-n", type=int, default=64)
+
+
 def pair_of(args) -> tuple[Path, Path]:
     return (Path(args.target), Path(args.draft)) if args.target else models_for(args.config, Path(args.models))
 

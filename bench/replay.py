@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from edgespec import autotune, benchmark, report  # noqa: E402
 from edgespec.errors import EdgespecError  # noqa: E402
-from pairs import add_model_args, pair_of  # noqa: E402
+from pairs import add_model_args, add_prompt_args, pair_of  # noqa: E402
 from edgespec.recording import predict_again, record, retime  # noqa: E402
 from edgespec.replay import Clock, Recording, virtual_time  # noqa: E402
 
@@ -165,10 +165,7 @@ def main() -> None:
     c.set_defaults(func=do_costs)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("recording")
-    common.add_argument("--category", action="append")
-    common.add_argument("--limit", type=int)
-    common.add_argument("--skip", type=int, default=0)
-    common.add_argument("--max-tokens", "-n", type=int, default=64)
+    add_prompt_args(common)
     common.add_argument("--draft-max", "-k", type=int, default=8)
     common.add_argument("--draft-p-min", type=float, default=0.0, help="as generate's (needs the draft's recorded "
                         "confidences)")

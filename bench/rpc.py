@@ -38,6 +38,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import pairs  # noqa: E402
@@ -103,9 +104,14 @@ def _spin(value: str) -> str:
     return value
 
 
+def _pair(args) -> tuple[Path, Path | None]:
+    """The target and draft the options name (--target alone: no draft, prompt lookup only)."""
+    return (Path(args.target), None) if args.target and not args.draft else pairs.pair_of(args)
+
+
 def run_edgespec(args, command: list[str], rpc: str | None) -> None:
     """Run `edgespec COMMAND` on the pair (profiles: $EDGESPEC_PROFILES, this run's own directory)."""
-    target, draft = (Path(args.target), None) if args.target and not args.draft else pairs.pair_of(args)
+    target, draft = _pair(args)
     cmd = [sys.executable, "-m", "edgespec", command[0], "-m", str(target), *(["-d", str(draft)] if draft else []),
            "--threads", str(args.threads), *command[1:], *(["--rpc", rpc] if rpc else [])]
     print("#", " ".join(cmd), flush=True)
@@ -117,30 +123,42 @@ def bench(args, extra: list[str], rpc: str | None, out: Path) -> dict:
     return json.loads(out.read_text())
 
 
-def network_cost(args, proxy: DelayProxy, delays: list[float], rows: int, reps: int = 9) -> dict:
-    """Median seconds of a target decode of 1 and `rows` rows after a 200-token prompt: locally, and over the proxy
-    at each delay (settings interleaved, so drift falls on all alike)."""
+def time_decodes(settings: list[tuple[str, object, Callable[[], None] | None]], rows: int, reps: int = 9) -> dict:
+    """Median seconds of a target decode of 1 and `rows` rows after a 200-token prompt, per setting (name, engine,
+    and what to do before each timing: a proxy's delay set, or None), the settings interleaved so drift falls on all
+    alike; name -> {"1": s, "rows": s}."""
     import statistics
 
+    engines = {id(e): e for _, e, _ in settings}.values()
+    prompt = next(iter(engines)).tokenize("The quick brown fox jumps over the lazy dog. " * 20)[:200]
+    for e in engines:
+        e.target.decode(prompt, [len(prompt) - 1])
+        e.calibrate([1, rows])  # shapes allocated
+    times: dict[str, list[dict]] = {}
+    for _ in range(reps):
+        for name, e, before in settings:
+            if before is not None:
+                before()
+            times.setdefault(name, []).append(e.calibrate([1, rows]))
+    return {name: {str(m): statistics.median(c[m] for c in cs) for m in (1, rows)} for name, cs in times.items()}
+
+
+def network_cost(args, proxy: DelayProxy, delays: list[float], rows: int) -> dict:
+    """time_decodes locally and over the one proxy at each delay (one engine over it, the delay changed between
+    timings)."""
     import edgespec
 
     target = Path(args.target) if args.target else pairs.pair_of(args)[0]
-    engines = {"local": edgespec.Engine.load(target, n_ctx=1024, n_threads=args.threads),
-               "rpc": edgespec.Engine.load(target, n_ctx=1024, n_threads=args.threads, rpc=[f"127.0.0.1:{proxy.port}"])}
+    local = edgespec.Engine.load(target, n_ctx=1024, n_threads=args.threads)
+    remote = edgespec.Engine.load(target, n_ctx=1024, n_threads=args.threads, rpc=[f"127.0.0.1:{proxy.port}"])
+
+    def delay(d: float) -> Callable[[], None]:
+        return lambda: setattr(proxy, "delay", d / 1000)
     try:
-        prompt = engines["local"].tokenize("The quick brown fox jumps over the lazy dog. " * 20)[:200]
-        for e in engines.values():
-            e.target.decode(prompt, [len(prompt) - 1])
-            e.calibrate([1, rows])  # shapes allocated
-        times: dict[str, list[dict]] = {}
-        for _ in range(reps):
-            for name, d in [("local", 0.0)] + [(f"rpc+{d:g}ms", d) for d in delays]:
-                proxy.delay = d / 1000
-                times.setdefault(name, []).append(engines["local" if name == "local" else "rpc"].calibrate([1, rows]))
-        return {name: {m: statistics.median(c[m] for c in cs) for m in (1, rows)} for name, cs in times.items()}
+        return time_decodes([("local", local, None)] + [(f"rpc+{d:g}ms", remote, delay(d)) for d in delays], rows)
     finally:
-        for e in engines.values():
-            e.close(remember=False)
+        local.close(remember=False)
+        remote.close(remember=False)
 
 
 def main() -> None:
@@ -182,7 +200,7 @@ def main() -> None:
     try:
         time.sleep(1.0)
         proxy = DelayProxy(port, 0.0)
-        net = {k: {str(m): t for m, t in v.items()} for k, v in network_cost(args, proxy, delays, rows).items()}
+        net = network_cost(args, proxy, delays, rows)
         show_network(net, rows)
         # a proxy (an endpoint, so a profile) per delay, as each link would be its own host
         endpoints = {"local": None, **{f"rpc+{d:g}ms": f"127.0.0.1:{DelayProxy(port, d / 1000).port}" for d in delays}}
@@ -197,12 +215,20 @@ def main() -> None:
     finally:
         server.kill()
 
-    if args.json_path:
-        Path(args.json_path).write_text(json.dumps(
-            {"command": " ".join(sys.argv), "modes": modes,
-             "gomp_spincount": os.environ.get("GOMP_SPINCOUNT", "default"),
-             "network_s": {k: {str(m): t for m, t in v.items()} for k, v in net.items()}, "runs": runs}, indent=1))
+    save(args, modes, net, runs)
     summary(runs, net, modes)
+
+
+def save(args, modes: list[str], net: dict, runs: dict) -> None:
+    """--json: every run's figures, with the command, versions, build and machine that produced them."""
+    if not args.json_path:
+        return
+    from edgespec import report
+
+    Path(args.json_path).write_text(json.dumps(
+        {**report.provenance(" ".join(["bench/rpc.py", *sys.argv[1:]])), "modes": modes,
+         "one_process": args.one_process, "gomp_spincount": os.environ.get("GOMP_SPINCOUNT", "default"),
+         "network_s": net, "runs": runs}, indent=1))
 
 
 def show_network(net: dict, rows: int) -> None:
@@ -226,25 +252,20 @@ def _bench_options(extra: list[str]) -> argparse.Namespace:
     """The `edgespec bench` options that pick prompts, for the settings measured in this process."""
     ap = argparse.ArgumentParser(prog="bench/rpc.py --one-process ... --")
     ap.add_argument("--workload")
-    ap.add_argument("--category", action="append")
-    ap.add_argument("--limit", type=int)
-    ap.add_argument("--skip", type=int, default=0)
-    ap.add_argument("--max-tokens", "-n", type=int, default=64)
+    pairs.add_prompt_args(ap)
     ap.add_argument("--ctx-size", "-c", type=int, default=4096)
     return ap.parse_args(extra)
 
 
 def one_process(args, extra: list[str], delays: list[float], modes: list[str], rows: int) -> None:
     """Every setting in this process, prompt by prompt (the module's docstring says why); the same summary."""
-    import statistics
-
     import edgespec
     from edgespec import benchmark
 
     opts = _bench_options(extra)
     items = benchmark.select(benchmark.read_jsonl(opts.workload) if opts.workload else benchmark.builtin(),
                              opts.category, opts.limit, opts.skip)
-    target, draft = (Path(args.target), None) if args.target and not args.draft else pairs.pair_of(args)
+    target, draft = _pair(args)
     all_modes = ["plain", *modes]
     servers, engines = [], {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -262,12 +283,8 @@ def one_process(args, extra: list[str], delays: list[float], modes: list[str], r
             for name, endpoint in endpoints.items():
                 print(f"# loading {name}", flush=True)
                 engines[name] = edgespec.Engine.load(target, draft, n_ctx=opts.ctx_size, n_threads=args.threads,
-                                                     rpc=[endpoint] if endpoint else None)
-            times: dict[str, list[dict]] = {}  # the network's cost of one decode, as network_cost() times it
-            for _ in range(9):
-                for name, e in engines.items():
-                    times.setdefault(name, []).append(e.calibrate([1, rows]))
-            net = {name: {str(m): statistics.median(c[m] for c in cs) for m in (1, rows)} for name, cs in times.items()}
+                                                     rpc=[endpoint] if endpoint else ())
+            net = time_decodes([(name, e, None) for name, e in engines.items()], rows)  # each link its own engine
             show_network(net, rows)
             runs: dict[str, list[dict]] = {}
             names = list(engines)
@@ -292,11 +309,7 @@ def one_process(args, extra: list[str], delays: list[float], modes: list[str], r
                 e.close(remember=False)
             for server in servers:
                 server.kill()
-    if args.json_path:
-        Path(args.json_path).write_text(json.dumps(
-            {"command": " ".join(sys.argv), "modes": modes, "one_process": True,
-             "gomp_spincount": os.environ.get("GOMP_SPINCOUNT", "default"), "network_s": net, "runs": runs},
-            indent=1))
+    save(args, modes, net, runs)
     summary(runs, net, modes)
 
 

@@ -28,7 +28,7 @@ def load(path, **kwargs):
     """The model, whether llama.cpp put weights in its repacked buffer, and the prompt's last rows' logits."""
     since = llama._log_count
     model = Model(path, **kwargs)
-    lines = list(llama._recent_log)[-(llama._log_count - since):] if llama._log_count > since else []
+    lines = llama.log_since(since)
     ctx = Context(model, n_ctx=64)
     try:
         logits = ctx.decode(PROMPT, list(range(len(PROMPT) - 3, len(PROMPT))))

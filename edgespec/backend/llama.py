@@ -45,12 +45,16 @@ def set_verbose(verbose: bool) -> None:
     _verbose = verbose
 
 
+def log_since(since: int | None = None) -> list[str]:
+    """llama.cpp's kept log lines (the last 200), only those logged after the count `since` when given."""
+    lines = list(_recent_log)
+    return lines if since is None else lines[max(0, len(lines) - (_log_count - since)):]
+
+
 def _last_error(since: int | None = None) -> str:
     """The most telling error line llama.cpp logged (since the count `since`, when given): the first one of the
     failed call says why ("model is corrupted or incomplete"); the later ones only that it failed."""
-    lines = list(_recent_log)
-    if since is not None:
-        lines = lines[max(0, len(lines) - (_log_count - since)):]
+    lines = log_since(since)
     errors = [ln.strip() for ln in lines if ln.strip() and ("error" in ln.lower() or "failed" in ln.lower())]
     if not errors:
         return "no reason given (run with --verbose to see llama.cpp's log)"
