@@ -43,6 +43,7 @@ class Link:
     alternatives: list | None = None  # a draft model's second choice at each of its n positions (and its q)
     branch: tuple | None = None  # a draft model's branch after one of them (Proposal.branch)
     stop: object = None  # a draft model's costs.ConfidenceStop this round (its confidence in each token it drafted)
+    refused: tuple[int, float] | None = None  # greedy: the token its confidence refused after its n, and that confidence
 
 
 class Chain:
@@ -93,7 +94,7 @@ class Chain:
         reading = 0.0  # what the parts that draft are expected to spend reading text they missed (and on steps
         # whose tokens they did not keep)
         for link in self.links:
-            link.tree = link.alternatives = link.branch = link.offered = link.stop = None
+            link.tree = link.alternatives = link.branch = link.offered = link.stop = link.refused = None
         if cap <= 0:
             return EMPTY, "fixed"
         first = None  # a lone free proposer that can offer a tree does, where the output is not constrained
@@ -196,6 +197,8 @@ class Chain:
                     n = guide.allowed_prefix(prop.tokens)  # past that the target would reject them for certain
                 link.start, link.key = len(tokens), prop.key
                 link.n = n
+                if link.stop is not None and n == len(prop.tokens):  # (a token the grammar cut is not the refused's)
+                    link.refused = getattr(link.part, "refused", None)
                 if decision.reason == "free":  # verify what pays; learn from all of it (accepted())
                     link.offered, link.n = prop.tokens[:n], policy.keep(n, prop.key, recheck_every=0)
                     self._offers.append(link)
@@ -375,7 +378,7 @@ class Chain:
             passed = min(link.n, n - link.start) if tested else 0
             link.part.accepted(passed)
             if link.stop is not None and tested:
-                link.policy.calibration.observe(link.stop.confidence[:link.n], passed)
+                link.policy.calibration.observe(*self._tested_confidence(link, passed, verified))
             if link.offered is None or verified is None:
                 link.policy.observe(link.n, passed if tested else None, link.seconds, link.key)
         for link in self._offers:
@@ -388,6 +391,20 @@ class Chain:
             d = min(len(offered), len(known))
             # a mismatch at m: positions 0..m tested, m failed; else all that could be compared passed
             link.policy.observe(len(offered) if m < d else d, m, link.seconds, link.key)
+
+    @staticmethod
+    def _tested_confidence(link: Link, passed: int, verified: Sequence[int] | None) -> tuple[list[float], int]:
+        """What a round taught the draft model's calibration: the confidences of the tokens it drafted and how many
+        passed; and, where all of them passed and its confidence then refused a token (greedy), that token too,
+        passing if it is the target's token there. A refused token is otherwise never tested, so a confidence the
+        calibration rates too low would be refused for good: a quantised copy of the target that passes 86% of its
+        tokens at confidence 0.1-0.2 refused its first token round after round (bench/confidence.py)."""
+        confidence = link.stop.confidence[:link.n]
+        at = link.start + link.n
+        if link.refused is None or passed < link.n or verified is None or at >= len(verified):
+            return confidence, passed
+        token, p = link.refused
+        return confidence + [p], passed + (token == verified[at])
 
     def llama_seconds(self) -> float:
         return sum(link.part.llama_seconds() for link in self.links)

@@ -394,3 +394,40 @@ def test_sampled_first_three_tokens_follow_the_target_where_lookup_continues_the
     e.close()
     assert sum(1 for n in tails if n) >= 2000
     assert_follows(counts, expected)
+
+
+def test_what_a_round_teaches_the_calibration_includes_a_refused_token_where_it_was_reached():
+    from types import SimpleNamespace
+    from edgespec.chain import Chain
+
+    def link(n, refused, start=0):
+        return SimpleNamespace(stop=SimpleNamespace(confidence=[0.9, 0.8, 0.7][:n]), n=n, start=start,
+                               refused=refused)
+
+    verified = [10, 11, 12, 13]  # greedy: the accepted tokens, then the target's own
+    assert Chain._tested_confidence(link(2, (12, 0.3)), 2, verified) == ([0.9, 0.8, 0.3], 3)  # it would have passed
+    assert Chain._tested_confidence(link(2, (99, 0.3)), 2, verified) == ([0.9, 0.8, 0.3], 2)  # it would have failed
+    assert Chain._tested_confidence(link(2, (12, 0.3)), 1, verified) == ([0.9, 0.8], 1)  # never reached
+    assert Chain._tested_confidence(link(0, (11, 0.2), start=1), 0, verified) == ([0.2], 1)  # behind an earlier part
+    assert Chain._tested_confidence(link(2, None), 2, verified) == ([0.9, 0.8], 2)  # nothing refused (or sampling)
+    assert Chain._tested_confidence(link(3, (13, 0.3)), 3, verified[:3]) == ([0.9, 0.8, 0.7], 3)  # no row for it
+
+
+def test_a_calibration_that_refuses_every_token_learns_from_the_refused_tokens_and_drafts_again(tiny_pair):
+    # Verify rows cheap, a draft step cheaper: drafting pays by the cost model, but the calibration starts out
+    # saying no token passes at any confidence, so the draft's confidence refuses each round's first token. A
+    # refused token is never verified; greedy, the target's token there is known after the round, and that is the
+    # evidence that corrects the calibration. Without it only a token surer than the calibration's doubt was ever
+    # tested: the first drafted round came after 371 refused ones, and 6% of rounds drafted (here: after 48, 88%).
+    e = engine_with_costs(tiny_pair, lambda m: 1.0 + 0.25 * (m - 1), 0.02)
+    policy = e.policy(e.proposer)
+    policy.cost.n_observed = 100  # past the warm-up, whose rounds draft whole and would teach the calibration
+    cal = policy.calibration
+    cal.tested, cal.passed = [20.0] * cal.bins, [0.0] * cal.bins
+    drafted = []
+    for prompt in PROMPTS * 3:
+        r = e.generate(e.tokenize(prompt), max_tokens=48)
+        drafted += [x.n_drafted for x in r.stats.rounds if x.reason in ("cost", "explore")]
+    e.close()
+    assert drafted[:3] == [0, 0, 0]  # refused at first
+    assert sum(n > 0 for n in drafted) > len(drafted) / 2, (len(drafted), sum(n > 0 for n in drafted))

@@ -29,6 +29,7 @@ class DraftModelProposer:
         self._steps: list[float | None] = [None, None]  # seconds of a draft decode of one row, and of two
         self.branch_s = 0.0  # of the last propose(), the seconds its branch added (an estimate)
         self.refused_s = 0.0  # of the last propose(), the decode whose token it did not keep (stop, p_min)
+        self.refused: tuple[int, float] | None = None  # greedy: that token and the draft's confidence in it
 
     def behind(self, seq: Sequence[int]) -> int:
         """Tokens of seq, before its last, that this model has not read: what a proposal from seq reads first."""
@@ -51,6 +52,7 @@ class DraftModelProposer:
         before each token whether to keep it and after it whether to draft one more, by the draft's confidence."""
         k = min(k, self.ctx.n_ctx - len(seq) + 1)  # seq plus k-1 drafted tokens must fit in the draft's cache
         self.branch_s = self.refused_s = 0.0
+        self.refused = None
         if k <= 0:
             return Proposal([])
         t0 = time.perf_counter()
@@ -88,7 +90,7 @@ class DraftModelProposer:
                     tok = int(np.argmax(logits))
                     top = _top_probability(logits) if self.p_min > 0 or branch is not None or stop is not None else 1.0
                     if top < self.p_min or (stop is not None and not stop.keep(i, top)):
-                        self.refused_s = last_s
+                        self.refused_s, self.refused = last_s, (tok, top)
                         break
                     if alternatives:
                         second = logits.copy()
