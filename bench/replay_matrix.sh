@@ -8,6 +8,8 @@
 #   bench/replay_matrix.sh fixedk TAG          the adaptive draft model against fixed K = 2, 3, 4, 6, 8
 #   bench/replay_matrix.sh fresh TAG           the F16 pair, every prompt a new process's first (--fresh)
 #   bench/replay_matrix.sh latency REC NAME    a recording with 0, 0.5, 2 and 10 ms on every target decode
+#   bench/replay_matrix.sh noisy REC NAME      plain and the draft model with 0.5 and 2 ms on every target decode and
+#                                              noise 0.15, seeds 1-8 (where a real run over a link lost: chance decides)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=bench/results/replay-runs
@@ -58,5 +60,10 @@ case "${1:-}" in
   latency)
     rec=${2:?a recording}; name=${3:?a name for the logs}
     for ms in 0 0.5 2 10; do run "$name-latency-$ms" "$rec" --tune --skip 1 --latency-ms "$ms"; done ;;
-  *) echo "usage: $0 settings TAG | compute TAG | seeds TAG | fixedk TAG | fresh TAG | latency RECORDING NAME" >&2; exit 2 ;;
+  noisy)
+    rec=${2:?a recording}; name=${3:?a name for the logs}
+    for ms in 0.5 2; do for seed in 1 2 3 4 5 6 7 8; do
+      run "$name-latency-$ms-noise-seed$seed" "$rec" --tune --skip 1 --latency-ms "$ms" --noise 0.15 --seed "$seed" --modes plain,draft
+    done; done ;;
+  *) echo "usage: $0 settings TAG | compute TAG | seeds TAG | fixedk TAG | fresh TAG | latency RECORDING NAME | noisy RECORDING NAME" >&2; exit 2 ;;
 esac
