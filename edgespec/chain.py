@@ -378,7 +378,10 @@ class Chain:
             passed = min(link.n, n - link.start) if tested else 0
             link.part.accepted(passed)
             if link.stop is not None and tested:
-                link.policy.calibration.observe(*self._tested_confidence(link, passed, verified))
+                at = link.start + link.n  # a refused token's outcome: is it the target's token there (greedy)
+                refused = None if link.refused is None or verified is None or at >= len(verified) else \
+                    (link.refused[1], link.refused[0] == verified[at])
+                link.policy.calibration.observe(link.stop.confidence[:link.n], passed, refused)
             if link.offered is None or verified is None:
                 link.policy.observe(link.n, passed if tested else None, link.seconds, link.key)
         for link in self._offers:
@@ -391,20 +394,6 @@ class Chain:
             d = min(len(offered), len(known))
             # a mismatch at m: positions 0..m tested, m failed; else all that could be compared passed
             link.policy.observe(len(offered) if m < d else d, m, link.seconds, link.key)
-
-    @staticmethod
-    def _tested_confidence(link: Link, passed: int, verified: Sequence[int] | None) -> tuple[list[float], int]:
-        """What a round taught the draft model's calibration: the confidences of the tokens it drafted and how many
-        passed; and, where all of them passed and its confidence then refused a token (greedy), that token too,
-        passing if it is the target's token there. A refused token is otherwise never tested, so a confidence the
-        calibration rates too low would be refused for good: a quantised copy of the target that passes 86% of its
-        tokens at confidence 0.1-0.2 refused its first token round after round (bench/confidence.py)."""
-        confidence = link.stop.confidence[:link.n]
-        at = link.start + link.n
-        if link.refused is None or passed < link.n or verified is None or at >= len(verified):
-            return confidence, passed
-        token, p = link.refused
-        return confidence + [p], passed + (token == verified[at])
 
     def llama_seconds(self) -> float:
         return sum(link.part.llama_seconds() for link in self.links)

@@ -234,9 +234,16 @@ class Calibration:
         i = self._bin(p)
         return (self.passed[i] + p * self.prior_weight) / (self.tested[i] + self.prior_weight)
 
-    def observe(self, confidence: Sequence[float], n_accepted: int) -> None:
+    def observe(self, confidence: Sequence[float], n_accepted: int,
+                refused: tuple[float, bool] | None = None) -> None:
         """A round's drafted tokens, with these confidences, of which the first n_accepted passed: each up to the
-        first that failed was put to the test."""
+        first that failed was put to the test. refused: the confidence of the token the draft then refused, and
+        whether it would have passed (greedy: it is the target's token there), tested too where all before it
+        passed. Without it a refused token was never tested, and a confidence rated too low was refused for good: a
+        quantised copy of the target that passes 86% of its tokens at confidence 0.1-0.2 refused its first token
+        round after round (bench/confidence.py; README, "Change of 2026-12-02 evening")."""
+        if refused is not None and n_accepted >= len(confidence):
+            confidence, n_accepted = [*confidence, refused[0]], n_accepted + refused[1]
         self.tested = [t * self.decay for t in self.tested]
         self.passed = [t * self.decay for t in self.passed]
         for i, p in enumerate(confidence[:n_accepted + 1]):

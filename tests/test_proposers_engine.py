@@ -396,23 +396,6 @@ def test_sampled_first_three_tokens_follow_the_target_where_lookup_continues_the
     assert_follows(counts, expected)
 
 
-def test_what_a_round_teaches_the_calibration_includes_a_refused_token_where_it_was_reached():
-    from types import SimpleNamespace
-    from edgespec.chain import Chain
-
-    def link(n, refused, start=0):
-        return SimpleNamespace(stop=SimpleNamespace(confidence=[0.9, 0.8, 0.7][:n]), n=n, start=start,
-                               refused=refused)
-
-    verified = [10, 11, 12, 13]  # greedy: the accepted tokens, then the target's own
-    assert Chain._tested_confidence(link(2, (12, 0.3)), 2, verified) == ([0.9, 0.8, 0.3], 3)  # it would have passed
-    assert Chain._tested_confidence(link(2, (99, 0.3)), 2, verified) == ([0.9, 0.8, 0.3], 2)  # it would have failed
-    assert Chain._tested_confidence(link(2, (12, 0.3)), 1, verified) == ([0.9, 0.8], 1)  # never reached
-    assert Chain._tested_confidence(link(0, (11, 0.2), start=1), 0, verified) == ([0.2], 1)  # behind an earlier part
-    assert Chain._tested_confidence(link(2, None), 2, verified) == ([0.9, 0.8], 2)  # nothing refused (or sampling)
-    assert Chain._tested_confidence(link(3, (13, 0.3)), 3, verified[:3]) == ([0.9, 0.8, 0.7], 3)  # no row for it
-
-
 def test_a_calibration_that_refuses_every_token_learns_from_the_refused_tokens_and_drafts_again(tiny_pair):
     # Verify rows cheap, a draft step cheaper: drafting pays by the cost model, but the calibration starts out
     # saying no token passes at any confidence, so the draft's confidence refuses each round's first token. A

@@ -678,6 +678,25 @@ def test_calibration_learns_how_often_tokens_of_each_confidence_pass():
     assert c.chance(0.35) == pytest.approx((0 + 0.35 * 2) / 22)  # tested 20 times (not 40: the third never was)
 
 
+def test_calibration_counts_a_refused_token_where_every_drafted_token_before_it_passed():
+    from edgespec.costs import Calibration
+
+    def bins(confidence, n_accepted, refused):
+        c = Calibration(decay=1.0)
+        c.observe(confidence, n_accepted, refused)
+        return [round(t) for t in c.tested], [round(p) for p in c.passed]
+
+    # two drafted tokens (bins 9 and 8) passed; the refused one at 0.15 (bin 1) was the target's token there
+    assert bins([0.95, 0.85], 2, (0.15, True)) == ([0, 1, 0, 0, 0, 0, 0, 0, 1, 1], [0, 1, 0, 0, 0, 0, 0, 0, 1, 1])
+    # ... or was not: tested, failed
+    assert bins([0.95, 0.85], 2, (0.15, False)) == ([0, 1, 0, 0, 0, 0, 0, 0, 1, 1], [0, 0, 0, 0, 0, 0, 0, 0, 1, 1])
+    # a drafted token failed first: the refused one was never reached
+    assert bins([0.95, 0.85], 1, (0.15, True)) == ([0, 0, 0, 0, 0, 0, 0, 0, 1, 1], [0, 0, 0, 0, 0, 0, 0, 0, 0, 1])
+    # the first token refused (behind nothing, or behind an earlier part's tokens that all passed)
+    assert bins([], 0, (0.15, True)) == ([0, 1, 0, 0, 0, 0, 0, 0, 0, 0], [0, 1, 0, 0, 0, 0, 0, 0, 0, 0])
+    assert bins([0.95], 1, None) == ([0] * 9 + [1], [0] * 9 + [1])  # nothing refused (or sampled)
+
+
 def test_a_confidence_stop_keeps_a_token_while_its_chance_pays_for_its_row():
     from edgespec.costs import Calibration, ConfidenceStop
 
