@@ -409,7 +409,10 @@ def test_a_calibration_that_refuses_every_token_learns_from_the_refused_tokens_a
     cal.tested, cal.passed = [20.0] * cal.bins, [0.0] * cal.bins
     drafted = []
     for prompt in PROMPTS * 3:
-        r = e.generate(e.tokenize(prompt), max_tokens=48)
+        tokens = e.tokenize(prompt)
+        r = e.generate(tokens, max_tokens=48)
+        plain = e.generate(tokens, max_tokens=48, speculative=False)
+        assert_identical_or_near_tie(e.model, tokens, plain.tokens, r.tokens, 8)  # lengths change, the text does not
         drafted += [x.n_drafted for x in r.stats.rounds if x.reason in ("cost", "explore")]
     e.close()
     assert drafted[:3] == [0, 0, 0]  # refused at first
