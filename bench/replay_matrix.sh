@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The replays the README quotes, each its own `bench/replay.py run` (logs and JSON in bench/results/replay-runs/, each
-# log with its command in the first line). Run after bench/replay.py record has written the recordings.
+# The replays the README and docs/performance.md quote, each its own `bench/replay.py run` (logs and JSON in
+# bench/results/replay-runs/, each log with its command in the first line). Run after bench/replay.py record has
+# written the recordings.
 #   bench/replay_matrix.sh settings TAG        the cost settings of "Replayed, without the noise" (TAG names this
 #                                              code: before, after)
 #   bench/replay_matrix.sh compute TAG         the Q4_K_M pair, learning from prompt to prompt and --fresh

@@ -241,7 +241,7 @@ class Calibration:
         whether it would have passed (greedy: it is the target's token there), tested too where all before it
         passed. Without it a refused token was never tested, and a confidence rated too low was refused for good: a
         quantised copy of the target that passes 86% of its tokens at confidence 0.1-0.2 refused its first token
-        round after round (bench/confidence.py; README, "Change of 2026-12-02 evening")."""
+        round after round (bench/confidence.py; docs/performance.md, "Change of 2026-12-02 evening")."""
         if refused is not None and n_accepted >= len(confidence):
             confidence, n_accepted = [*confidence, refused[0]], n_accepted + refused[1]
         self.tested = [t * self.decay for t in self.tested]
