@@ -53,10 +53,14 @@ def free_port() -> int:
 
 
 class DelayProxy:
-    """127.0.0.1:port -> upstream, every chunk held `delay` seconds in each direction, order kept."""
+    """127.0.0.1:port -> upstream, every chunk held `delay` seconds in each direction, order kept. rate (bytes a
+    second, 0: unlimited): each direction is also a link of that speed, a chunk leaving once the ones before it have
+    (its size / rate after the later of its arrival and their end), then `delay` on its way. `bytes` counts what
+    it passed each way ("up": to the server)."""
 
-    def __init__(self, upstream: int, delay: float) -> None:
-        self.port, self.upstream, self.delay = free_port(), upstream, delay
+    def __init__(self, upstream: int, delay: float, rate: float = 0.0) -> None:
+        self.port, self.upstream, self.delay, self.rate = free_port(), upstream, delay, rate
+        self.bytes = {"up": 0, "down": 0}
         self.loop = asyncio.new_event_loop()
         ready = threading.Event()
         threading.Thread(target=self._run, args=(ready,), daemon=True).start()
@@ -72,9 +76,9 @@ class DelayProxy:
         up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream)
         for s in (writer, up_writer):
             s.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        await asyncio.gather(self._pump(reader, up_writer), self._pump(up_reader, writer))
+        await asyncio.gather(self._pump(reader, up_writer, "up"), self._pump(up_reader, writer, "down"))
 
-    async def _pump(self, reader, writer) -> None:
+    async def _pump(self, reader, writer, way: str) -> None:
         queue: asyncio.Queue = asyncio.Queue()
 
         async def send():
@@ -90,9 +94,15 @@ class DelayProxy:
                 await writer.drain()
 
         sender = asyncio.ensure_future(send())
+        free = 0.0  # when this direction's link has sent what it was given
         while True:
             data = await reader.read(1 << 20)
-            queue.put_nowait((time.perf_counter() + self.delay, data or None))
+            self.bytes[way] += len(data)
+            now = time.perf_counter()
+            if self.rate and data:
+                free = max(now, free) + len(data) / self.rate
+                now = free
+            queue.put_nowait((now + self.delay, data or None))
             if not data:
                 break
         await sender
@@ -167,6 +177,8 @@ def main() -> None:
     pairs.add_model_args(ap)
     ap.add_argument("--modes", default="plain,draft,draft:4")
     ap.add_argument("--delays", default="0,0.5,2,10", help="one-way delays in ms to add (0: loopback through the proxy)")
+    ap.add_argument("--mbit", type=float, default=0.0, help="also make each direction of every link this fast, in "
+                    "Mbit/s (default 0: loopback's own speed); each decode's logits and graph cross it (rpc_rows.py)")
     ap.add_argument("--rounds", type=int, default=2, help="times each setting runs, interleaved (medians reported)")
     ap.add_argument("--json", dest="json_path", help="write every run's figures here")
     ap.add_argument("--summary", metavar="JSON", help="print the table of a saved --json file, run nothing")
@@ -199,11 +211,13 @@ def main() -> None:
     runs: dict[str, list[dict]] = {}
     try:
         time.sleep(1.0)
-        proxy = DelayProxy(port, 0.0)
+        proxy = DelayProxy(port, 0.0, args.mbit * 1e6 / 8)
         net = network_cost(args, proxy, delays, rows)
         show_network(net, rows)
         # a proxy (an endpoint, so a profile) per delay, as each link would be its own host
-        endpoints = {"local": None, **{f"rpc+{d:g}ms": f"127.0.0.1:{DelayProxy(port, d / 1000).port}" for d in delays}}
+        rate = args.mbit * 1e6 / 8
+        endpoints = {"local": None,
+                     **{f"rpc+{d:g}ms": f"127.0.0.1:{DelayProxy(port, d / 1000, rate).port}" for d in delays}}
         with tempfile.TemporaryDirectory() as tmp:
             os.environ["EDGESPEC_PROFILES"] = str(Path(tmp) / "profiles")  # this run's own: none, or tuned here
             if args.tune:
@@ -276,7 +290,7 @@ def one_process(args, extra: list[str], delays: list[float], modes: list[str], r
                 server, port = start_server(args.threads)
                 servers.append(server)
                 time.sleep(1.0)
-                endpoints[f"rpc+{d:g}ms"] = f"127.0.0.1:{DelayProxy(port, d / 1000).port}"
+                endpoints[f"rpc+{d:g}ms"] = f"127.0.0.1:{DelayProxy(port, d / 1000, args.mbit * 1e6 / 8).port}"
             if args.tune:
                 for endpoint in endpoints.values():
                     run_edgespec(args, ["tune", "--seconds", str(args.tune)], endpoint)
