@@ -95,9 +95,17 @@ class Drafting:
         for m in sizes if target.model.rpc else [1]:
             target.decode(filler * m, range(m))
             target.truncate(held)
+        # Over a link a decode whose batch differs in shape from the one before it first sends the server its graph
+        # again (llama.cpp's RPC client keeps only the last; 380-435 KB, bench/rpc_rows.py): a plain step after a
+        # plain step does not, a verify after a plain step does. So there a one-row decode is timed after another,
+        # as plain decoding pays it, and each longer one after a shorter one, as a verify after a step pays it
+        # (locally the warm-up row already stands before the one-row timing).
         times: dict[int, list[float]] = {m: [] for m in sizes}
         for _ in range(3 if target.model.rpc else 1):
             for m in sizes:
+                if m == 1 and target.model.rpc:
+                    target.decode(filler, [0])
+                    target.truncate(held)
                 t0 = time.perf_counter()
                 target.decode(filler * m, range(m))
                 times[m].append(time.perf_counter() - t0)
