@@ -168,7 +168,17 @@ class DraftLength(TreeShapes, Splits):
         k, per_token = self.cost.best_k(k_max)
         if not plain or per_token is None or self.cost.n_observed < self.warm_up_rounds:
             # First rounds draft probe_k tokens whatever the model says: they measure the draft's cost and the
-            # acceptance past position 1, which the estimates need before they can be trusted.
+            # acceptance past position 1, which the estimates need before they can be trusted. Once one of them
+            # has timed the draft, though, a draft that could not pay even if every token passed (hopeless()) has
+            # nothing left to learn there: the rest would only cost their rounds (SmolLM2 F16 with its Q4_1 copy
+            # on an AVX-512 host, where a draft step costs a target step: three warm-up rounds of 81-93 ms against
+            # 13 ms steps, the first text at 0.69x). It waits as after a probe that said so.
+            if self.cost.n_observed and self.hopeless():
+                self._failed_probes = max(self._failed_probes, 1)
+                self._plain_left = self._wait(self._behind_by())
+                self.fallbacks += 1
+                return Decision(0, "fallback", f"the warm-up timed the draft: drafting could not pay even if every "
+                                               f"drafted token passed; plain decoding for {self._plain_left} rounds")
             return Decision(min(k_max, self.probe_k), "warm-up")
         ratio = per_token * self.outcomes.optimism() / plain
         if ratio >= self.margin and k_max < limit and self._probe != "done":

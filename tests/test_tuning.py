@@ -326,6 +326,31 @@ def test_warm_up_drafts_probe_k_until_there_is_evidence():
     assert d.decide(100).reason == "cost"
 
 
+def test_a_warm_up_that_times_a_draft_which_cannot_pay_stops_there():
+    """A draft step as dear as a target step (SmolLM2 F16 and its Q4_1 copy on an AVX-512 host): once the first
+    warm-up round has timed it, drafting could not pay even if every token passed, so the warm-up's other rounds
+    are not drafted and no new text is probed while that holds; a draft that can pay warms up in full."""
+    def policy() -> DraftLength:
+        d = DraftLength(8, adaptive=True)
+        for m in range(1, 18):
+            d.cost.observe_verify(m, 0.012 * (1 + 0.35 * (m - 1)))  # a verify of 5: 2.4 steps
+        return d
+
+    dear = policy()
+    assert dear.decide(100).reason == "warm-up"
+    dear.observe(4, 4, 4 * 0.012)  # every token passed, and still
+    decision = dear.decide(100)
+    assert (decision.k, decision.reason) == (0, "fallback") and "even if every" in decision.why
+    for _ in range(3):
+        dear.new_text()
+        assert dear.decide(100).reason == "fallback" and dear.standing_aside()
+    cheap = policy()
+    for _ in range(3):
+        assert cheap.decide(100).reason == "warm-up"
+        cheap.observe(4, 4, 4 * 0.001)
+    assert cheap.decide(100).reason == "cost"
+
+
 def test_a_free_proposer_is_asked_for_all_it_has_and_never_falls_back():
     # compute-bound verify, acceptance 0.3 (a draft model would fall back here), but proposing costs 1% of a step
     c = model({m: 0.1 * (1 + 0.6 * (m - 1)) for m in range(1, 18)}, 0.001, [0.3] * 16)
