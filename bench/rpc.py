@@ -123,7 +123,8 @@ def run_edgespec(args, command: list[str], rpc: str | None) -> None:
     """Run `edgespec COMMAND` on the pair (profiles: $EDGESPEC_PROFILES, this run's own directory)."""
     target, draft = _pair(args)
     cmd = [sys.executable, "-m", "edgespec", command[0], "-m", str(target), *(["-d", str(draft)] if draft else []),
-           "--threads", str(args.threads), *command[1:], *(["--rpc", rpc] if rpc else [])]
+           "--threads", str(args.threads), *command[1:],
+           *(["--rpc", rpc, *(["--output-here"] if args.output_here else [])] if rpc else [])]
     print("#", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True, stdout=sys.stderr)
 
@@ -160,7 +161,8 @@ def network_cost(args, proxy: DelayProxy, delays: list[float], rows: int) -> dic
 
     target = Path(args.target) if args.target else pairs.pair_of(args)[0]
     local = edgespec.Engine.load(target, n_ctx=1024, n_threads=args.threads)
-    remote = edgespec.Engine.load(target, n_ctx=1024, n_threads=args.threads, rpc=[f"127.0.0.1:{proxy.port}"])
+    remote = edgespec.Engine.load(target, n_ctx=1024, n_threads=args.threads, rpc=[f"127.0.0.1:{proxy.port}"],
+                                  output_here=args.output_here)
 
     def delay(d: float) -> Callable[[], None]:
         return lambda: setattr(proxy, "delay", d / 1000)
@@ -179,6 +181,8 @@ def main() -> None:
     ap.add_argument("--delays", default="0,0.5,2,10", help="one-way delays in ms to add (0: loopback through the proxy)")
     ap.add_argument("--mbit", type=float, default=0.0, help="also make each direction of every link this fast, in "
                     "Mbit/s (default 0: loopback's own speed); each decode's logits and graph cross it (rpc_rows.py)")
+    ap.add_argument("--output-here", action="store_true", help="keep the target's output layer on this machine over "
+                    "each link (edgespec --output-here): a decode brings back hidden states, not logits")
     ap.add_argument("--rounds", type=int, default=2, help="times each setting runs, interleaved (medians reported)")
     ap.add_argument("--json", dest="json_path", help="write every run's figures here")
     ap.add_argument("--summary", metavar="JSON", help="print the table of a saved --json file, run nothing")
@@ -297,7 +301,8 @@ def one_process(args, extra: list[str], delays: list[float], modes: list[str], r
             for name, endpoint in endpoints.items():
                 print(f"# loading {name}", flush=True)
                 engines[name] = edgespec.Engine.load(target, draft, n_ctx=opts.ctx_size, n_threads=args.threads,
-                                                     rpc=[endpoint] if endpoint else ())
+                                                     rpc=[endpoint] if endpoint else (),
+                                                     output_here=args.output_here and bool(endpoint))
             net = time_decodes([(name, e, None) for name, e in engines.items()], rows)  # each link its own engine
             show_network(net, rows)
             runs: dict[str, list[dict]] = {}

@@ -12,7 +12,10 @@ link speed in each direction). It counts the bytes each way of a decode of 1 and
 the other shape, then times the same four decodes after a 200-token prompt here and over the link at each speed,
 interleaved, medians.
 
-    bench/rpc_rows.py -m MODEL.gguf [--rows 5] [--delay-ms 0.5] [--mbit 1000,0]      (0: the proxy, no limit)
+    bench/rpc_rows.py -m MODEL.gguf [--rows 5] [--delay-ms 0.5] [--mbit 1000,0] [--output-here]  (0: no limit)
+
+With --output-here, each link also carries an engine whose output layer stays here (edgespec's --output-here), so
+that its decodes bring back a hidden state a row instead of the logits.
 
 Run it alone: the rpc-servers compute on the same cores as everything else (libgomp's idle threads spin at most
 10,000 times at both ends, as in bench/rpc.py; GOMP_SPINCOUNT set beforehand wins).
@@ -85,6 +88,7 @@ def main() -> None:
     ap.add_argument("--delay-ms", type=float, default=0.5, help="one-way delay of the link (default 0.5 ms)")
     ap.add_argument("--mbit", default="1000,0", help="link speeds in Mbit/s, comma-separated (0: no limit)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--output-here", action="store_true", help="also each link with the output layer kept here")
     a = ap.parse_args()
     if os.environ.get("GOMP_SPINCOUNT") is None:  # as bench/rpc.py --spin: idle threads at both ends spin briefly
         os.environ["GOMP_SPINCOUNT"] = "10000"
@@ -94,28 +98,32 @@ def main() -> None:
     import edgespec
 
     speeds = [float(x) for x in a.mbit.split(",")]
-    servers = [start_server(a.threads) for _ in speeds]  # (an rpc-server serves one client)
+    links = [(mbit, False) for mbit in speeds] + ([(mbit, True) for mbit in speeds] if a.output_here else [])
+    servers = [start_server(a.threads) for _ in links]  # (an rpc-server serves one client)
     engines = []
     try:
         time.sleep(1.0)
         local = edgespec.Engine.load(a.model, n_ctx=1024, n_threads=a.threads)
         engines.append(local)
-        proxies = [DelayProxy(port, a.delay_ms / 1000, mbit * 1e6 / 8) for (_, port), mbit in zip(servers, speeds)]
-        remotes = [edgespec.Engine.load(a.model, n_ctx=1024, n_threads=a.threads, rpc=[f"127.0.0.1:{p.port}"])
-                   for p in proxies]
+        proxies = [DelayProxy(port, a.delay_ms / 1000, mbit * 1e6 / 8) for (_, port), (mbit, _) in zip(servers, links)]
+        remotes = [edgespec.Engine.load(a.model, n_ctx=1024, n_threads=a.threads, rpc=[f"127.0.0.1:{p.port}"],
+                                        output_here=here) for p, (_, here) in zip(proxies, links)]
         engines += remotes
         n_vocab = local.target.model.n_vocab
         print(f"{Path(a.model).name}: a row's logits {n_vocab * 4 / 1024:.0f} KB; one-way delay {a.delay_ms:g} ms",
               flush=True)
         print("\nbytes of one decode over the link, KB up / down:", flush=True)
-        for what, (up, down) in traffic(remotes[-1], proxies[-1], a.rows).items():
-            print(f"  {what:<42}{up:9.1f} /{down:9.1f}", flush=True)
-        names = [f"{mbit:g} Mbit/s" if mbit else "no limit" for mbit in speeds]
+        for i in sorted({len(speeds) - 1, len(links) - 1}):
+            if links[i][1]:
+                print("  with the output layer here:", flush=True)
+            for what, (up, down) in traffic(remotes[i], proxies[i], a.rows).items():
+                print(f"  {what:<42}{up:9.1f} /{down:9.1f}", flush=True)
+        names = [(f"{mbit:g} Mbit/s" if mbit else "no limit") + (", output here" if here else "") for mbit, here in links]
         t = shapes([("here", local)] + list(zip(names, remotes)), a.rows)
         print(f"\ndecode time after a 200-token prompt, ms (median of 9, settings interleaved): of 1 and {a.rows} rows, "
               f"each repeated and after a decode of the other shape", flush=True)
         for name, v in t.items():
-            print(f"  {name:<14}T(1) {v['1 repeated']:6.1f}, after {a.rows} rows {v['1 switched']:6.1f}   "
+            print(f"  {name:<28}T(1) {v['1 repeated']:6.1f}, after {a.rows} rows {v['1 switched']:6.1f}   "
                   f"T({a.rows}) {v['rows repeated']:6.1f}, after 1 row {v['rows switched']:6.1f}", flush=True)
     finally:
         for e in engines:

@@ -38,10 +38,10 @@ class BatchEngine:
                  n_threads: int | None = None, n_gpu_layers: int = 0, draft_n_gpu_layers: int | None = None,
                  draft_n_threads: int | None = None, lookup: bool = False, draft_max: int = 8,
                  max_queue: int | None = None, rpc: Sequence[str] = (), draft_rpc: Sequence[str] = (),
-                 tensor_split: Sequence[float] = ()) -> None:
+                 tensor_split: Sequence[float] = (), output_here: bool = False) -> None:
         if parallel < 1:
             raise InvalidArgument(f"parallel must be at least 1, got {parallel}")
-        self.model = Model(target, n_gpu_layers, rpc=rpc, tensor_split=tensor_split)
+        self.model = Model(target, n_gpu_layers, rpc=rpc, tensor_split=tensor_split, output_here=output_here)
         self.parallel, self.draft_max = parallel, draft_max
         n_batch = max(512, parallel * (draft_max + 1))
         self.target = SeqContext(self.model, n_ctx, parallel, n_threads, n_batch)

@@ -211,7 +211,8 @@ def serve(host, port, parallel, api_key, **opts) -> None:
         return BatchEngine(model, draft, parallel=parallel, n_ctx=opts["ctx_size"], n_threads=opts["threads"],
                            n_gpu_layers=opts["gpu_layers"], draft_n_gpu_layers=opts["draft_gpu_layers"],
                            draft_n_threads=opts["draft_threads"], lookup=lookup, draft_max=opts["draft_max"],
-                           rpc=opts["rpc"], draft_rpc=opts["draft_rpc"], tensor_split=opts["tensor_split"])
+                           rpc=opts["rpc"], draft_rpc=opts["draft_rpc"], tensor_split=opts["tensor_split"],
+                           output_here=opts["output_here"])
 
     def ready(engine):
         note_context(engine.target.n_ctx, opts["ctx_size"])

@@ -40,7 +40,8 @@ def _load(opts: dict, tree_width: int = 1):
     engine = Engine.load(model, draft, n_ctx=opts["ctx_size"], n_threads=opts["threads"],
                          n_gpu_layers=opts["gpu_layers"], draft_n_gpu_layers=opts["draft_gpu_layers"],
                          draft_max=opts["draft_max"], tree_width=tree_width, rpc=opts["rpc"],
-                         draft_rpc=opts["draft_rpc"], tensor_split=opts["tensor_split"])
+                         draft_rpc=opts["draft_rpc"], tensor_split=opts["tensor_split"],
+                         output_here=opts["output_here"])
     return engine, model, draft
 
 

@@ -72,6 +72,10 @@ RPC_OPTIONS = [
             help="The draft's rpc-servers (default: the draft runs on this machine)."),
     _option("--tensor-split", metavar="P,P,...", callback=_split,
             help="Proportions of the target's layers per device: the --rpc servers in order, then local GPUs."),
+    _option("--output-here", is_flag=True,
+            help="With --rpc: keep the target's output layer on this machine, so each decode brings back a hidden "
+                 "state a row, not the logits (n_vocab floats); worth it on a slow link, costs the output matmul "
+                 "here."),
 ]
 
 
@@ -165,7 +169,8 @@ def load_engine(opts: dict):
                          draft_n_ctx=opts["draft_ctx_size"], draft_n_gpu_layers=opts["draft_gpu_layers"],
                          draft_n_threads=opts["draft_threads"], draft_p_min=opts["draft_p_min"],
                          draft_max=opts["draft_max"], adaptive=not opts["fixed"], tree_width=opts["tree_width"],
-                         rpc=opts["rpc"], draft_rpc=opts["draft_rpc"], tensor_split=opts["tensor_split"])
+                         rpc=opts["rpc"], draft_rpc=opts["draft_rpc"], tensor_split=opts["tensor_split"],
+                         output_here=opts["output_here"])
     if default:
         click.echo(f"edgespec: using the default model, {default_model.NAME}, {engine.drafting}; for a bigger one "
                    "pass --model (a file, a preset from `edgespec models`, or REPO:FILE)", err=True)

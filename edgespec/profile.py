@@ -46,9 +46,10 @@ def cpu() -> str:
 
 
 def key(model_path: str, n_threads: int, n_gpu_layers: int, rpc: Sequence[str] = (),
-        tensor_split: Sequence[float] = ()) -> dict:
+        tensor_split: Sequence[float] = (), output_here: bool = False) -> dict:
     """Everything a timing depends on that can be named: the machine, the build, the file, the settings, and the
-    rpc-servers a model is split over and in what proportions (a network in the decode: another curve)."""
+    rpc-servers a model is split over, in what proportions and whether its output layer stays here (a network in
+    the decode: another curve)."""
     from .backend import system_info
 
     st = os.stat(model_path)
@@ -60,12 +61,15 @@ def key(model_path: str, n_threads: int, n_gpu_layers: int, rpc: Sequence[str] =
         out["rpc"] = list(rpc)
     if tensor_split:
         out["tensor_split"] = [float(x) for x in tensor_split]
+    if rpc and output_here:
+        out["output_here"] = True
     return out
 
 
 def key_of(model, n_threads: int) -> dict:
     """key() of a loaded backend.Model, wherever its layers are."""
-    return key(model.path, n_threads, model.n_gpu_layers, model.rpc, model.tensor_split)
+    return key(model.path, n_threads, model.n_gpu_layers, model.rpc, model.tensor_split,
+               model.output_here)
 
 
 def path_of(k: dict) -> Path:

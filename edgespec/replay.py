@@ -238,6 +238,7 @@ class RecordedVocab:
         self.eog_ids = sorted(eog)
         self._eog = set(eog)
         self.n_gpu_layers, self.rpc, self.tensor_split, self.is_recurrent = 0, [], [], False
+        self.output_here = False
 
     def is_eog(self, token: int) -> bool:
         return token in self._eog

@@ -17,17 +17,23 @@ class Model(_Freed):
     """A loaded GGUF model: weights and vocabulary, no KV cache."""
 
     def __init__(self, path: str | os.PathLike, n_gpu_layers: int = 0, vocab_only: bool = False,
-                 rpc: str | Sequence[str] = (), tensor_split: Sequence[float] = (), repack: bool = True) -> None:
+                 rpc: str | Sequence[str] = (), tensor_split: Sequence[float] = (), repack: bool = True,
+                 output_here: bool = False) -> None:
         """rpc: endpoints of rpc-servers (rpc.py) whose devices take this model's offloaded layers before the local
         GPUs' (n_gpu_layers 0 then means all of them); without it, once a process uses servers, a model stays on
         this machine. tensor_split: the proportion of layers for each device, in that order. repack=False: the
         CPU's weights in the file's own layout (llama.cpp's --no-repack; what an rpc-server computes from, which
         gets the weights over the network as plain buffers), else repacked where llama.cpp has faster CPU kernels
-        for the layout (Q4_0 and Q4_K among others, on AVX2 and ARM)."""
+        for the layout (Q4_0 and Q4_K among others, on AVX2 and ARM). output_here: with rpc, the output layer stays on
+        this machine (rpc.output_here), so a decode brings back each row's hidden state instead of its logits."""
         self.path = os.fspath(path)
         self.n_gpu_layers = n_gpu_layers = -1 if rpc and n_gpu_layers == 0 else n_gpu_layers
         self.rpc = rpc_backend.parse(rpc) if rpc else []
         self.tensor_split = rpc_backend.proportions(tensor_split) if tensor_split else []
+        if output_here and not self.rpc:
+            raise InvalidArgument("--output-here keeps a target's output layer here when its other layers are on "
+                                  "rpc-servers: give --rpc too")
+        self.output_here = bool(output_here)
         self._ptr = None
         if os.path.isdir(self.path):
             raise ModelLoadError(f"{self.path} is a directory, not a model file; name the .gguf file inside it")
@@ -44,7 +50,7 @@ class Model(_Freed):
         params.n_gpu_layers = n_gpu_layers
         params.vocab_only = vocab_only  # metadata and vocabulary without the weights: instant, for checks
         params.use_extra_bufts = repack
-        devices = split = None  # kept alive for the load
+        devices = split = overrides = None  # kept alive for the load
         if self.rpc or (rpc_backend.uses_servers() and not vocab_only):
             devices = rpc_backend.device_list((rpc_backend.devices(self.rpc) if self.rpc else [])
                                               + rpc_backend.local_devices())
@@ -52,6 +58,9 @@ class Model(_Freed):
         if self.tensor_split:
             split = rpc_backend.tensor_split(self.tensor_split)
             params.tensor_split = ctypes.cast(split, ctypes.POINTER(ctypes.c_float))
+        if self.output_here:
+            overrides = rpc_backend.output_here()
+            params.tensor_buft_overrides = ctypes.cast(overrides, ctypes.c_void_p)
         since = llama._log_count
         with _Interruptible() as guard:
             progress = ll.llama_progress_callback(guard.progress)  # kept alive for the call

@@ -96,6 +96,8 @@ def _ggml():
                             ("ggml_backend_dev_count", ctypes.c_size_t, []),
                             ("ggml_backend_dev_get", ctypes.c_void_p, [ctypes.c_size_t]),
                             ("ggml_backend_dev_type", ctypes.c_int, [ctypes.c_void_p]),
+                            ("ggml_backend_dev_by_type", ctypes.c_void_p, [ctypes.c_int]),
+                            ("ggml_backend_dev_buffer_type", ctypes.c_void_p, [ctypes.c_void_p]),
                             ("ggml_set_abort_callback", ctypes.c_void_p, [ctypes.c_void_p])):
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = res, args
@@ -136,6 +138,26 @@ def local_devices() -> list[int]:
     remote = {d for ds in _servers.values() for d in ds}
     found = [lib.ggml_backend_dev_get(i) for i in range(lib.ggml_backend_dev_count())]
     return [d for d in found if d not in remote and lib.ggml_backend_dev_type(d) in GPU_TYPES]
+
+
+class _Override(ctypes.Structure):  # llama_model_tensor_buft_override
+    _fields_ = [("pattern", ctypes.c_char_p), ("buft", ctypes.c_void_p)]
+
+
+# The output layer's weights: its norm and its matrix, or the token embedding where the model ties it to the output
+# (llama.cpp then gives the output its own copy, named as the embedding; the embedding proper stays here anyway).
+OUTPUT_TENSORS = rb"^(output_norm|output|token_embd)\.weight$"
+
+
+def output_here() -> ctypes.Array:
+    """A NULL-terminated llama_model_params.tensor_buft_overrides (kept alive by the caller during the load) that
+    keeps the output layer on this machine, on its first GPU or else its CPU. Each decode then brings back
+    n_embd floats a row, not the n_vocab logits (bench/rpc_rows.py --output-here: Qwen2.5 6 KB a row instead of 594
+    KB; over 1 Gbit/s, a five-row decode as cheap as here), and this machine computes the output matmul."""
+    lib = _ggml()
+    here = local_devices()
+    buft = lib.ggml_backend_dev_buffer_type(here[0] if here else lib.ggml_backend_dev_by_type(0))  # 0: the CPU
+    return (_Override * 2)(_Override(OUTPUT_TENSORS, buft), _Override(None, None))
 
 
 def uses_servers() -> bool:
