@@ -90,27 +90,22 @@ def test_a_target_split_over_two_servers_writes_what_it_writes_locally(smollm_f1
 
 def test_the_output_layer_kept_here_writes_what_it_writes_locally(smollm_f16, servers):
     """--output-here: the target's layers on the servers but its output layer on this machine (a decode brings back
-    each row's hidden state, not its logits): speculative output exactly its own plain output, and that as locally
-    but at a near-tie (its logits came out up to 0.045 apart from the all-local run's, where the servers' placement
-    matches it within 1e-3: not understood yet), and a profile of its own (another verify curve)."""
+    each row's hidden state, not its logits): plain and speculative output as locally, the caches left alike (the
+    same next row, after the same rounds: the KV values of a verify batch differ slightly from a step's, so the two
+    engines run the same calls), and a profile of its own (another verify curve)."""
     local, e = spec_engine(smollm_f16), spec_engine(smollm_f16, rpc=servers, output_here=True)
-    apart = 0.1
     try:
         assert e.model.output_here
         assert e._profile_key() == {**local._profile_key(), "gpu_layers": -1, "rpc": servers, "output_here": True}
         for prompt in PROMPTS[:2]:
             tokens = e.tokenize(prompt, chat_format=True)
-            plain = e.generate(tokens, max_tokens=32, speculative=False).tokens
-            assert e.generate(tokens, max_tokens=32).tokens == plain, prompt
             want = local.generate(tokens, max_tokens=32, speculative=False).tokens
-            i = next((i for i, (a, b) in enumerate(zip(plain, want)) if a != b), None)
-            if i is not None:
-                local.target.truncate(0)
-                top2 = np.sort(local.target.decode(tokens + want[:i], [len(tokens) + i - 1])[0])[-2:]
-                assert top2[1] - top2[0] < apart, (prompt, i)
+            assert e.generate(tokens, max_tokens=32, speculative=False).tokens == want, prompt
+            spec, here = e.generate(tokens, max_tokens=32), local.generate(tokens, max_tokens=32)
+            assert spec.tokens == want == here.tokens, prompt
         probe = e.tokenize(" and", chat_format=False)
         row, expected = (x.target.decode(probe, [len(probe) - 1])[0] for x in (e, local))
-        assert np.abs(row - expected).max() < apart
+        assert np.abs(row - expected).max() < 1e-3
     finally:
         e.close(), local.close()
     with pytest.raises(edgespec.EdgespecError, match="give --rpc too"):
