@@ -118,9 +118,11 @@ def main() -> None:
                 print("  with the output layer here:", flush=True)
             for what, (up, down) in traffic(remotes[i], proxies[i], a.rows).items():
                 print(f"  {what:<42}{up:9.1f} /{down:9.1f}", flush=True)
-        names = [(f"{mbit:g} Mbit/s" if mbit else "no limit") + (", output here" if here else "") for mbit, here in links]
+        names = [(f"{mbit:g} Mbit/s" if mbit else "no limit") + (", output here" if here else "")
+                 for mbit, here in links]
         t = shapes([("here", local)] + list(zip(names, remotes)), a.rows)
-        print(f"\ndecode time after a 200-token prompt, ms (median of 9, settings interleaved): of 1 and {a.rows} rows, "
+        print(f"\ndecode time after a 200-token prompt, ms (median of 9, settings interleaved): of 1 and {a.rows} "
+              f"rows, "
               f"each repeated and after a decode of the other shape", flush=True)
         for name, v in t.items():
             print(f"  {name:<28}T(1) {v['1 repeated']:6.1f}, after {a.rows} rows {v['1 switched']:6.1f}   "
