@@ -3,7 +3,7 @@
 # bench/results/replay-runs/, each log with its command in the first line). Run after bench/replay.py record has
 # written the recordings.
 #   bench/replay_matrix.sh settings TAG        the cost settings of "Replayed, without the noise" (TAG names this
-#                                              code: before, after)
+#                                              code: before, after); gpu-*: the draft's curve flattened as well
 #   bench/replay_matrix.sh compute TAG         the Q4_K_M pair, learning from prompt to prompt and --fresh
 #   bench/replay_matrix.sh seeds TAG           the noisy settings with seeds 1-5
 #   bench/replay_matrix.sh fixedk TAG          the adaptive draft model against fixed K = 2, 3, 4, 6, 8
@@ -32,6 +32,8 @@ case "${1:-}" in
       run "$set-recorded-$tag" "${args[@]}"
       run "$set-memory-bound-$tag" "${args[@]}" --target-scale 1.35 --verify-slope 0.12
       run "$set-flat-$tag" "${args[@]}" --verify-slope 0.03
+      run "$set-gpu-flat-$tag" "${args[@]}" --verify-slope 0.03 --draft-slope 0.03
+      run "$set-gpu-memory-bound-$tag" "${args[@]}" --target-scale 1.35 --verify-slope 0.12 --draft-slope 0.12
       run "$set-noise-$tag" "${args[@]}" --noise 0.15
       run "$set-rpc2ms-$tag" "${args[@]}" --latency-ms 2
     done ;;

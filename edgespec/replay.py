@@ -305,15 +305,21 @@ class Recording:
         return [Item(t["category"], messages=tuple(tuple(sorted({"role": r, "content": c}.items()))
                                                    for r, c in t["messages"])) for t in self.data["texts"]]
 
-    def curves(self, latency_ms: float = 0.0, verify_slope: float | None = None, target_scale: float = 1.0
-               ) -> tuple[Curve, Curve]:
+    def curves(self, latency_ms: float = 0.0, verify_slope: float | None = None, target_scale: float = 1.0,
+               draft_slope: float | None = None) -> tuple[Curve, Curve]:
         """The recorded costs: the target's times target_scale (a slower machine state against the same draft),
-        with latency_ms on each of its decodes, and its verify curve flattened to verify_slope (Curve.flattened)."""
+        with latency_ms on each of its decodes, and its verify curve flattened to verify_slope (Curve.flattened);
+        the draft's decodes of several tokens (reading what it skipped, a lookup's tokens) flattened to draft_slope
+        (on a GPU both models are memory-bound: a flat verify beside a draft whose reading costs as on this CPU is
+        neither machine)."""
         costs = self.data["costs"]
         target = Curve.of(costs["target"], latency_ms / 1000).scaled(target_scale)
         if verify_slope is not None:
             target = target.flattened(verify_slope)
-        return target, Curve.of(costs["draft"])
+        draft = Curve.of(costs["draft"])
+        if draft_slope is not None:
+            draft = draft.flattened(draft_slope)
+        return target, draft
 
     def engine(self, clock: Clock, target: Curve, draft: Curve, lookup: bool = True,
                draft_max: int = DEFAULT_DRAFT_MAX, n_ctx: int = DEFAULT_CTX, draft_p_min: float = 0.0) -> ReplayEngine:

@@ -83,6 +83,15 @@ def test_the_curve():
     assert flat(5, 5) == flat(1) == 1.5 and flat(64) == 10.5
 
 
+def test_a_gpu_flattens_the_draft_too_where_asked(recording):
+    # --verify-slope alone flattens the target's curve; --draft-slope the draft's (its reading of what it skipped)
+    target, draft = recording.curves()
+    flat_target, same_draft = recording.curves(verify_slope=0.03)
+    assert same_draft(9) == draft(9) and flat_target(9, 9) == pytest.approx(target(1) * 1.24)
+    _, flat_draft = recording.curves(verify_slope=0.03, draft_slope=0.03)
+    assert flat_draft(9) == pytest.approx(min(draft(9), draft(1) * 1.24)) and flat_draft(1) == draft(1)
+
+
 def test_a_replay_is_repeatable_and_noise_is_seeded(recording):
     def times(noise):
         return [x.seconds for r in _replay(recording, "hybrid", noise) for x in r.stats.rounds]
