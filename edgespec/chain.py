@@ -22,6 +22,8 @@ from .tuning import Decision, DraftLength
 
 
 CATCH_UP_LIMIT = 32  # a probe whose proposer has more than this to read first waits for the next text
+HAND_OFF_MATCH = 3  # a draft model hands a round on to lookup's continuation of a match this long or longer ...
+HAND_OFF_ROWS = 4  # ... pricing lookup's next token at the mean of this many more verify rows (_hand_off)
 
 
 def _behind(part: Proposer, seq: Sequence[int]) -> int:
@@ -178,6 +180,8 @@ class Chain:
                             min(cap, policy.k_max if self.k_max is None else self.k_max) - len(tokens)
                     if link.stop is not None:
                         link.stop.most = k
+                        if link.stop.active and guide is None and decision.reason in ("cost", "explore"):
+                            link.stop.hand_off = self._hand_off(seq, tokens, link)  # lookup may copy the rest
                 stop = {"stop": link.stop} if link.stop is not None else {}
                 prop = link.part.propose(context, k, sampling, rng, guide=guide, **stop) if guide is not None else \
                     link.part.propose(context, k, sampling, rng, alternatives=True,
@@ -263,6 +267,36 @@ class Chain:
             self._used.append(link)
             tokens += offered[:best]
         return best
+
+    def _hand_off(self, seq: list[int], before: list[int], link: Link) -> Callable[[Sequence[int]], bool] | None:
+        """For a draft model drafting by cost behind prompt lookup (the chain's free lead): after its tokens so far,
+        whether to stop and leave the rest of the round to lookup's continuation of them (_tail), which costs a
+        verify row a token where each more drafted token costs a row and a draft step. It stops where lookup
+        continues them from a match of HAND_OFF_MATCH tokens or more (shorter ones are common words as often as
+        quotations) and lookup's next token, passing as that kind of continuation has, costs less per expected
+        token than the draft's next one, passing at its position's rate: its row (the mean of the next
+        HAND_OFF_ROWS rows, as a verify curve need not rise evenly) and the reading the draft model will do of it,
+        against a row and a draft step. A quotation the draft model began is then copied, not drafted token by
+        token. Rounds by cost only: a learning round's length is what it measures. None: no lead to hand off to."""
+        lead = self.links[0]
+        if len(self.links) < 2 or link is lead or self.tree_width > 1 or not lead.policy.free or \
+                not hasattr(lead.part, "match_after"):
+            return None
+        before, cost, stop = list(before), link.policy.cost, link.stop
+
+        def hand_off(drafted: Sequence[int]) -> bool:
+            offered, key = lead.part.match_after(seq, [*before, *drafted], 1)
+            if not offered or int(key.split(":")[1]) < HAND_OFF_MATCH:  # (key: "lookup:N" or "lookup:N:own")
+                return False
+            tail = lead.policy.keyed(f"{key}:tail").acceptances(1)[0]
+            mine = cost.acceptances(len(drafted) + 1)[-1]
+            rows = len(before) + len(drafted) + 1
+            r = max(1, min(HAND_OFF_ROWS, stop.most - len(drafted)))
+            start, end = cost.t_verify(rows), cost.t_verify(rows + r)
+            row = max(0.0, end - start) / r if start is not None and end is not None else 0.0
+            read = getattr(link.part, "read_s", None) or 0.0
+            return tail * (row + stop.step_s) >= mine * (row + read)
+        return hand_off
 
     def _measures(self, link: Link, decision: Decision) -> bool:
         """A draft model drafting by measured cost this round (not a fixed length)."""

@@ -267,8 +267,10 @@ class ConfidenceStop:
     T_v(2) = 4.5 T_v(1) and T_v(6) about the same (before each size was decoded once ahead of its timing, which
     removed most of that step: Drafting.calibrate). Judged alone, a first token never paid for its row there, and a
     draft model that passed nearly every token drafted none (0.80x of plain where a fixed K of 4 made 1.57x). The
-    first `least` tokens are kept whatever their confidence (a probe must test one). It looks at the draft's
-    distribution only, never at the target, so sampling stays exact."""
+    first `least` tokens are kept whatever their confidence (a probe must test one). In a chain behind prompt
+    lookup, `hand_off` (Chain._hand_off) may end the round's drafting where lookup continues the tokens drafted so far
+    for less. It looks at the draft's distribution and the drafted tokens only, never at the target, so sampling
+    stays exact."""
 
     def __init__(self, calibration: Calibration, t_verify, rows: int, value: float, step_s: float,
                  accept: Sequence[float], reach: float = 1.0, active: bool = True, least: int = 0) -> None:
@@ -279,6 +281,8 @@ class ConfidenceStop:
         self.least = least  # tokens kept whatever their confidence (a probe tests at least one)
         self.most = len(accept)  # the most tokens this round may draft (the caller sets it)
         self.confidence: list[float] = []  # of the tokens kept
+        self.hand_off: Callable[[Sequence[int]], bool] | None = None  # whether to stop after the tokens drafted
+        # so far because prompt lookup continues them for less (Chain._hand_off; its tail takes the round on)
 
     def _a(self, i: int) -> float:
         return self.accept[i] if i < len(self.accept) else (self.accept[-1] if self.accept else 0.5)
@@ -304,9 +308,11 @@ class ConfidenceStop:
         self.confidence.append(p)
         return True
 
-    def further(self, i: int) -> bool:
+    def further(self, i: int, drafted: Sequence[int] = ()) -> bool:
         if not self.active or i + 1 < self.least:
             return True
+        if self.hand_off is not None and drafted and self.hand_off(drafted):
+            return False
         return self._pays(i + 1, self.reach * self._a(i + 1), False)
 
 

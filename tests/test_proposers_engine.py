@@ -297,14 +297,14 @@ def test_a_draft_model_times_its_steps_and_the_step_whose_token_it_did_not_keep(
         def keep(self, i, p):
             return i < 2
 
-        def further(self, i):
+        def further(self, i, drafted=()):
             return True
 
     class Enough(Stop):  # keeps all, asks for none after token 1
         def keep(self, i, p):
             return True
 
-        def further(self, i):
+        def further(self, i, drafted=()):
             return i < 1
 
     t, d = Model(tiny_pair[0]), Model(tiny_pair[1])
@@ -395,6 +395,59 @@ def test_sampled_first_three_tokens_follow_the_target_where_lookup_continues_the
                                         each=lambda r: tails.append(tail_rounds(r.stats)))
     e.close()
     assert sum(1 for n in tails if n) >= 2000
+    assert_follows(counts, expected)
+
+
+def counting_hand_offs(monkeypatch) -> list:
+    """Chain._hand_off's verdicts from here on (True: the draft model stopped and lookup took the round on), with a
+    draft step priced as tail_engine's costs price it (as timed, the tiny model's step is a thousandth of those)."""
+    from edgespec.chain import Chain
+    from edgespec.proposers import DraftModelProposer
+
+    monkeypatch.setattr(DraftModelProposer, "step_s", property(lambda self: 0.05))
+    verdicts, real = [], Chain._hand_off
+
+    def counted(self, *args):
+        decide = real(self, *args)
+        return None if decide is None else lambda drafted: verdicts.append(decide(drafted)) or verdicts[-1]
+    monkeypatch.setattr(Chain, "_hand_off", counted)
+    return verdicts
+
+
+def test_greedy_identity_where_the_draft_model_hands_its_round_on_to_lookup(tiny_pair, monkeypatch):
+    # On repeating text lookup continues what the draft model's first tokens began (matches of 3 tokens or more),
+    # and a copied token costs a verify row where a drafted one costs a row and a draft step: the draft model stops
+    # and lookup's tail fills the round. The text is the target's all the same.
+    verdicts = counting_hand_offs(monkeypatch)
+    e = tail_engine(tiny_pair)
+    for prompt in REPEATING + PROMPTS:
+        tokens = e.tokenize(prompt)
+        plain = e.generate(tokens, max_tokens=48, speculative=False)
+        r = e.generate(tokens, max_tokens=48)
+        assert_identical_or_near_tie(e.model, tokens, plain.tokens, r.tokens, 8)
+    e.close()
+    assert sum(verdicts) >= 5 and not all(verdicts), (sum(verdicts), len(verdicts))
+
+
+def test_sampled_first_three_tokens_follow_the_target_where_the_draft_hands_its_round_on(tiny_pair, monkeypatch):
+    # Where the draft model stops because lookup continues its first token (a match of 3: the hand-off), the round
+    # is that token and lookup's deterministic guess after it: the first three tokens against the exact joint.
+    from edgespec.proposers import Proposal, PromptLookupProposer
+
+    class Quotes(PromptLookupProposer):
+        def propose(self, seq, k, sampling, rng, guide=None):  # no match of its own: the draft model goes first
+            self._extend(seq)
+            return Proposal([], None, [], key="lookup:0")
+
+        def match_after(self, seq, extra, k):
+            return [89][:k], "lookup:3"
+
+    verdicts = counting_hand_offs(monkeypatch)
+    e = tail_engine(tiny_pair, Quotes())
+    e.policy(e.proposer.draft).k_max = 2
+    counts, expected = first_two_counts(e, e.tokenize("the cat the cat the"), TOP5, 4000, n=3, max_tokens=4)
+    e.close()
+    assert sum(verdicts) >= 1000, sum(verdicts)
     assert_follows(counts, expected)
 
 

@@ -767,6 +767,22 @@ def test_a_first_token_pays_for_its_row_with_the_tokens_it_opens_the_way_to():
     assert not even.keep(0, 0.9)
 
 
+def test_a_confidence_stop_hands_the_round_on_where_its_caller_says_lookup_continues_for_less():
+    from edgespec.costs import Calibration, ConfidenceStop
+
+    asked = []
+    s = ConfidenceStop(Calibration(), lambda m: 1.0 + 0.05 * (m - 1), rows=1, value=1.0, step_s=0.1, accept=[0.9] * 8)
+    assert s.keep(0, 0.95) and s.further(0, [7])  # no hand-off set: as before
+    s.hand_off = lambda drafted: asked.append(list(drafted)) or drafted[-1] == 9
+    assert s.further(0, [7]) and not s.further(1, [7, 9])  # after 9 lookup takes the round on
+    assert asked == [[7], [7, 9]]
+    assert s.further(0)  # (no tokens given: nothing to hand on)
+    learning = ConfidenceStop(Calibration(), lambda m: 1.0, rows=1, value=1.0, step_s=0.1, accept=[0.9] * 8,
+                              active=False)
+    learning.hand_off = lambda drafted: True
+    assert learning.further(0, [9])  # a learning round drafts its whole length
+
+
 def test_a_confidence_stop_prices_a_draft_step_as_the_proposer_timed_it():
     # Round costs by length mix rounds that first read the last round's tokens and rounds that ended in a step whose
     # token was not kept: here T_d(2) - T_d(1) reads as 0.5 of a plain step where a step costs 0.1. Priced so, a

@@ -113,7 +113,7 @@ class DraftModelProposer:
                     if bq is not None:
                         forked[3].append(bq)
                 tokens.append(tok)
-                if i == k - 1 or model.is_eog(tok) or (stop is not None and not stop.further(i)):
+                if i == k - 1 or model.is_eog(tok) or (stop is not None and not stop.further(i, tokens)):
                     break  # nothing is worth drafting past the end of the text (or where it would not pay)
                 if guide is not None:
                     guide.push(tok)
