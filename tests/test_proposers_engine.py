@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 import edgespec
+from edgespec.proposers import Proposal, PromptLookupProposer
 from edgespec.tuning import CostModel
 from conftest import PROMPTS
 from identity import assert_identical_or_near_tie
@@ -355,6 +356,22 @@ def tail_engine(tiny_pair, lookup=None):
     return e
 
 
+class Quotes(PromptLookupProposer):
+    """Lookup with no match of its own (the draft model goes first) that continues any draft with one fixed guess,
+    the target's likeliest third token after the sampled tests' prompt, from a match of n tokens."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n = n
+
+    def propose(self, seq, k, sampling, rng, guide=None):
+        self._extend(seq)
+        return Proposal([], None, [], key="lookup:0")
+
+    def match_after(self, seq, extra, k):
+        return [89][:k], f"lookup:{self.n}"
+
+
 def tail_rounds(stats) -> int:
     return sum(n for why, n in stats.rounds_by_reason.items() if "tail" in why.split("+"))
 
@@ -378,17 +395,7 @@ def test_sampled_first_three_tokens_follow_the_target_where_lookup_continues_the
     # rejection sampling stays exact behind it. The first round is a plain step; in the second the draft model
     # drafts one token and lookup's continuation follows it (here a fixed guess, the target's likeliest third token,
     # about one time in five): the first three tokens against the exact joint.
-    from edgespec.proposers import Proposal, PromptLookupProposer
-
-    class Quotes(PromptLookupProposer):
-        def propose(self, seq, k, sampling, rng, guide=None):  # no match of its own: the draft model goes first
-            self._extend(seq)
-            return Proposal([], None, [], key="lookup:0")
-
-        def match_after(self, seq, extra, k):
-            return [89][:k], "lookup:2"
-
-    e = tail_engine(tiny_pair, Quotes())
+    e = tail_engine(tiny_pair, Quotes(2))
     e.policy(e.proposer.draft).k_max = 1
     tails = []
     counts, expected = first_two_counts(e, e.tokenize("the cat the cat the"), TOP5, 4000, n=3, max_tokens=4,
@@ -432,18 +439,8 @@ def test_greedy_identity_where_the_draft_model_hands_its_round_on_to_lookup(tiny
 def test_sampled_first_three_tokens_follow_the_target_where_the_draft_hands_its_round_on(tiny_pair, monkeypatch):
     # Where the draft model stops because lookup continues its first token (a match of 3: the hand-off), the round
     # is that token and lookup's deterministic guess after it: the first three tokens against the exact joint.
-    from edgespec.proposers import Proposal, PromptLookupProposer
-
-    class Quotes(PromptLookupProposer):
-        def propose(self, seq, k, sampling, rng, guide=None):  # no match of its own: the draft model goes first
-            self._extend(seq)
-            return Proposal([], None, [], key="lookup:0")
-
-        def match_after(self, seq, extra, k):
-            return [89][:k], "lookup:3"
-
     verdicts = counting_hand_offs(monkeypatch)
-    e = tail_engine(tiny_pair, Quotes())
+    e = tail_engine(tiny_pair, Quotes(3))
     e.policy(e.proposer.draft).k_max = 2
     counts, expected = first_two_counts(e, e.tokenize("the cat the cat the"), TOP5, 4000, n=3, max_tokens=4)
     e.close()
