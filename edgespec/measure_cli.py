@@ -74,7 +74,9 @@ def _progress(t0: float):
               "machine here.")
 @click.option("--plot", "plot_path", metavar="PNG", help="Also draw speedup by category, acceptance by position and "
               "the verify curve (needs matplotlib: pip install 'edgespec[plot]').")
-def bench(modes, workload, categories, limit, skip, fresh, max_tokens, repeats, json_path, plot_path,
+@click.option("--from-json", "saved", metavar="FILE", help="Measure nothing: print the tables of a run saved with "
+              "--json again (and with --plot draw its plot).")
+def bench(modes, workload, categories, limit, skip, fresh, max_tokens, repeats, json_path, plot_path, saved,
           **opts) -> None:
     """Plain decoding against drafting strategies on a workload, on this machine, greedy.
 
@@ -87,6 +89,8 @@ def bench(modes, workload, categories, limit, skip, fresh, max_tokens, repeats, 
     from . import benchmark, report
     from .diagnostics import divergence
 
+    if saved:
+        return _show_saved(saved, plot_path)
     items = benchmark.read_jsonl(workload) if workload else benchmark.builtin()
     items = benchmark.select(items, categories, limit, skip)
     if plot_path:  # checked before anything is measured
@@ -134,6 +138,34 @@ def bench(modes, workload, categories, limit, skip, fresh, max_tokens, repeats, 
         click.echo(f"edgespec: note: {note}", err=True)
     if rep.interrupted:
         raise KeyboardInterrupt  # exit 130, after showing and saving what was measured
+
+
+def _show_saved(path: str, plot_path: str | None) -> None:
+    """A saved run's tables (and plot) again, from its --json record."""
+    import json
+    from pathlib import Path
+
+    from . import report
+    from .errors import InvalidArgument
+
+    try:
+        data = json.loads(Path(path).read_text())
+        rep, rows = report.from_record(data)
+        s = data["settings"]
+        name = Path(s["model"]).name + (f" + {Path(s['draft']).name}" if s.get("draft") else "")
+        head = f"{name}, {s['max_tokens']} tokens x {s['prompts']} prompts x {s['repeats']}" + (
+            ", fresh" if s.get("fresh") else "")
+    except OSError as e:
+        raise InvalidArgument(f"--from-json: cannot read {path}: {e.strerror or e}") from None
+    except (ValueError, KeyError, TypeError, AttributeError, StopIteration):
+        raise InvalidArgument(f"--from-json: {path} is not a file `edgespec bench --json` wrote") from None
+    click.echo(f"{head} (saved {data.get('date', '?')} by `{data.get('command', '?')}`)")
+    click.echo(report.tables(rep, rows))
+    for note in rep.divergences:
+        click.echo(note)
+    if plot_path:
+        report.plot(rep, rows, plot_path, f"{name}, {str(data.get('date', ''))[:10]}")
+        click.echo(f"edgespec: wrote {plot_path}", err=True)
 
 
 @click.command("tune")

@@ -94,6 +94,19 @@ def record(report: Report, rows: dict, settings: dict) -> dict:
             "skipped": report.skipped, "interrupted": report.interrupted}
 
 
+def from_record(data: dict) -> tuple[Report, dict]:
+    """A saved run (`record`'s JSON) as the report and rows its tables and plot are drawn from, measuring nothing."""
+    rows = data["rows"]
+    if not isinstance(rows, dict) or not rows or not all(isinstance(r, dict) and "overall" in r for r in rows.values()):
+        raise ValueError("no measured modes")
+    cats = [c for c in next(iter(rows.values())) if c != "overall"]
+    rep = Report(modes=list(rows), categories=cats,
+                 verify_curve={int(m): float(t) for m, t in data.get("verify_curve_s", {}).items()},
+                 peak_rss_mb=data.get("peak_rss_mb", 0.0), divergences=data.get("divergences", []),
+                 skipped=data.get("skipped", []), interrupted=data.get("interrupted", False))
+    return rep, rows
+
+
 def plot(report: Report, rows: dict, path: str | os.PathLike, title: str = "") -> None:
     """Three panels: speedup by category, acceptance by draft position, the verify curve T_v(m)/T_v(1)."""
     try:

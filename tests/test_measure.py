@@ -97,6 +97,11 @@ def test_bench_command_on_the_tiny_pair(tiny_pair, tmp_path):
         assert o["ttft_ms"] > 0 and o["end_to_end_tok_s"] > 0 and o["ms_per_token"] > 0
     assert data["rows"]["draft:3"]["overall"]["acceptance_by_position"]
     assert len(data["verify_curve_s"]) == 16 and png.stat().st_size > 10_000
+    again = run("bench", "--from-json", out, "--plot", tmp_path / "again.png")  # a saved run, shown again
+    assert again.returncode == 0, again.stderr
+    tables = r.stdout[r.stdout.index("speedup over plain"):]
+    assert again.stdout[again.stdout.index("speedup over plain"):] == tables
+    assert (tmp_path / "again.png").stat().st_size > 10_000
 
 
 def test_bench_fresh_starts_every_prompt_anew(tiny_pair, profiles, monkeypatch):
@@ -150,6 +155,12 @@ def test_bench_refuses_bad_input_in_one_line(tiny_pair, tmp_path):
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "leaves no prompt" in r.stderr
     r = run("bench", "-m", tiny_pair[0], "--skip", "-1")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--skip" in r.stderr
+    r = run("bench", "--from-json", tmp_path / "none.json")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "cannot read" in r.stderr
+    for text in ('{"prompt": 3}', "[1, 2]", "not json", '{"rows": {}, "settings": {}}'):
+        bad.write_text(text)
+        r = run("bench", "--from-json", bad)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and "not a file" in r.stderr, (text, r.stderr)
 
 
 def test_choice_is_the_lowest_measured_cost():
