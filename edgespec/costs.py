@@ -26,6 +26,7 @@ class CostModel:
     verify_s: dict[int, float] = field(default_factory=dict)  # m rows -> seconds
     draft_round_s: dict[int, float] = field(default_factory=dict)  # n drafted -> seconds of the draft phase
     draft_s: float | None = None  # seconds per drafted token (used for n never drafted yet)
+    step_s: float | None = None  # one draft decode of one row, as the draft model timed it (DraftLength.step_s)
     reached: list[float] = field(default_factory=list)  # rounds that put position i to the test
     accepted: list[float] = field(default_factory=list)  # ... and had it accepted
     n_observed: int = 0  # rounds that drafted anything
@@ -136,7 +137,16 @@ class CostModel:
         if k == 0:
             return 0.0
         if len(self.draft_round_s) >= 2 or k in self.draft_round_s:
-            return _interpolate(self.draft_round_s, k)
+            t = _interpolate(self.draft_round_s, k)
+            longest = max(self.draft_round_s)
+            if k > longest and self.step_s is not None:
+                # Past the longest length measured, each further token is one more decode of the draft. A line
+                # through the two longest timings, noisy ones (a round that also waited on something else), can
+                # run flat or downhill: SmolLM2 over an rpc-server timed 3 tokens at 117 ms and 4 at 45, so 8
+                # cost 45 too, the plan drafted 8 where a second verify row cost more than a step, and the
+                # draft's confidence then refused its first token in round after round (0.5x of plain).
+                t = max(t, self.draft_round_s[longest] + (k - longest) * self.step_s)
+            return t
         if len(self.draft_round_s) == 1:
             # One length measured: its first step also caught up on the accepted text, so count it as two steps
             # and each further token as one.

@@ -43,7 +43,6 @@ class DraftLength(TreeShapes, Splits):
         self.alternatives = CostModel(prior_accept=0.3, verify_s=self.cost.verify_s)
         self.outcomes = Outcomes()  # drafted rounds as they turned out against expected (a correction, >= 1)
         self.calibration = Calibration()  # how often a drafted token passes, by the draft's confidence in it
-        self.step_s: float | None = None  # one draft step as the draft model timed it (DraftModelProposer.step_s)
         self._declined: dict[object, int] = {}
         self.fallback_rounds = fallback_rounds  # plain rounds before probing again, when drafting is far behind
         self.margin = margin  # speculate only if expected to cost under margin * a plain token
@@ -65,6 +64,16 @@ class DraftLength(TreeShapes, Splits):
         self.explore_every = explore_every  # every n-th round drafts one more than the best K, to keep learning
         self._rounds = 0
         self.fallbacks = 0
+
+    @property
+    def step_s(self) -> float | None:
+        """One draft step as the draft model timed it (DraftModelProposer.step_s): the cost model's, which prices
+        drafting past the longest length it has timed with it."""
+        return self.cost.step_s
+
+    @step_s.setter
+    def step_s(self, seconds: float | None) -> None:
+        self.cost.step_s = seconds
 
     def new_text(self) -> None:
         """A new generation. Acceptance depends on the text: what earlier texts showed counts as at most text_memory
@@ -117,7 +126,7 @@ class DraftLength(TreeShapes, Splits):
                 not c.base_reached or c.base_reached[0] < self.futile_evidence:
             return False
         trial = CostModel(c.alpha, c.decay, c.prior_accept, c.prior_weight, verify_s=c.verify_s,
-                          draft_round_s=c.draft_round_s, draft_s=c.draft_s, reached=list(c.reached),
+                          draft_round_s=c.draft_round_s, draft_s=c.draft_s, step_s=c.step_s, reached=list(c.reached),
                           accepted=list(c.accepted), text_prior=c.text_prior)
         for _ in range(self.probe_rounds):
             trial.observe_acceptance(self.k_max, self.k_max)

@@ -663,6 +663,26 @@ def test_a_plan_behind_lookup_drafts_only_where_outcomes_still_say_it_pays():
     assert d.plan(8, lead, 0) == (0, 0)  # at 2.5x what was expected it does not: a plain round
 
 
+def test_drafting_past_the_longest_length_timed_costs_a_draft_step_a_token():
+    """Found over a loopback rpc-server (SmolLM2 F16 and its Q4_1, the hybrid on a code edit at 0.5x of plain):
+    draft rounds of 3 tokens timed at 117 ms (noise) and of 4 at 45 ms, a line through them running downhill, so 8
+    tokens cost 45 ms too; with a second verify row dearer than a step the plan drafted 8 by cost, round after
+    round, and the draft's confidence refused its first token each time. Each further token is a draft decode."""
+    verify = {1: 0.0216, 2: 0.0451, 3: 0.047, 4: 0.0532, 5: 0.0547, 6: 0.0582, 7: 0.0655, 8: 0.0692, 9: 0.0772}
+    lead = model(verify, 0.0, [0.5] * 8)
+    accept = [0.95, 0.84, 0.93, 0.96, 0.96, 0.96, 0.96, 0.96]
+    d = DraftLength(8, True, model(verify, 0.011, accept))
+    d.cost.draft_round_s = {1: 0.0119, 2: 0.0644, 3: 0.1169, 4: 0.0453}
+    assert d.cost.t_draft(8) == pytest.approx(0.0453)  # (no step timed yet: the line, never below its lower end)
+    d.step_s = 0.0099  # the draft model's own timing of a one-row decode
+    assert d.cost.step_s == 0.0099
+    assert d.cost.t_draft(8) == pytest.approx(0.0453 + 4 * 0.0099)
+    assert d.cost.t_draft(4) == pytest.approx(0.0453) and d.cost.t_draft(2) == pytest.approx(0.0644)  # as timed
+    assert d.plan(8, lead, 0) == (0, 0)  # no length pays: a plain round
+    d.cost.draft_round_s = {1: 0.0119, 2: 0.0218, 3: 0.0317, 4: 0.0416}  # a line at the step: extrapolated as before
+    assert d.cost.t_draft(8) == pytest.approx(0.0416 + 4 * 0.0099)
+
+
 def test_hopeless_counts_what_drafted_rounds_took():
     # verify of m rows costs 1 + 0.2 (m - 1), a draft step 0.1: at full acceptance K=8 costs 0.3 a token, not
     # hopeless; rounds that took 3x their expected time make it 0.9 > the margin
