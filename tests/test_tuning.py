@@ -674,6 +674,7 @@ def test_drafting_past_the_longest_length_timed_costs_a_draft_step_a_token():
     d = DraftLength(8, True, model(verify, 0.011, accept))
     d.cost.draft_round_s = {1: 0.0119, 2: 0.0644, 3: 0.1169, 4: 0.0453}
     assert d.cost.t_draft(8) == pytest.approx(0.0453)  # (no step timed yet: the line, never below its lower end)
+    assert d.plan(8, lead, 0) == (0, 8)  # as it was: 8 drafted tokens priced as 4 pay
     d.step_s = 0.0099  # the draft model's own timing of a one-row decode
     assert d.cost.step_s == 0.0099
     assert d.cost.t_draft(8) == pytest.approx(0.0453 + 4 * 0.0099)
