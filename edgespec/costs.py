@@ -138,6 +138,10 @@ class CostModel:
             return 0.0
         if len(self.draft_round_s) >= 2 or k in self.draft_round_s:
             t = _interpolate(self.draft_round_s, k)
+            # A shorter draft is the start of a longer one (the same first decode, fewer steps), so it never costs
+            # more: a timing of one length left high by a slow round stays until that length is drafted again,
+            # which its price then prevents.
+            t = min([t, *(s for n, s in self.draft_round_s.items() if n > k)])
             longest = max(self.draft_round_s)
             if k > longest and self.step_s is not None:
                 # Past the longest length measured, each further token is one more decode of the draft. A line

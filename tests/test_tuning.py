@@ -678,7 +678,8 @@ def test_drafting_past_the_longest_length_timed_costs_a_draft_step_a_token():
     d.step_s = 0.0099  # the draft model's own timing of a one-row decode
     assert d.cost.step_s == 0.0099
     assert d.cost.t_draft(8) == pytest.approx(0.0453 + 4 * 0.0099)
-    assert d.cost.t_draft(4) == pytest.approx(0.0453) and d.cost.t_draft(2) == pytest.approx(0.0644)  # as timed
+    assert d.cost.t_draft(4) == pytest.approx(0.0453) and d.cost.t_draft(1) == pytest.approx(0.0119)  # as timed
+    assert d.cost.t_draft(2) == d.cost.t_draft(3) == pytest.approx(0.0453)  # never dearer than a longer draft
     assert d.plan(8, lead, 0) == (0, 0)  # no length pays: a plain round
     d.cost.draft_round_s = {1: 0.0119, 2: 0.0218, 3: 0.0317, 4: 0.0416}  # a line at the step: extrapolated as before
     assert d.cost.t_draft(8) == pytest.approx(0.0416 + 4 * 0.0099)
