@@ -157,7 +157,7 @@ def _show_saved(path: str, plot_path: str | None) -> None:
             ", fresh" if s.get("fresh") else "")
     except OSError as e:
         raise InvalidArgument(f"--from-json: cannot read {path}: {e.strerror or e}") from None
-    except (ValueError, KeyError, TypeError, AttributeError, StopIteration):
+    except (ValueError, KeyError, TypeError, AttributeError):
         raise InvalidArgument(f"--from-json: {path} is not a file `edgespec bench --json` wrote") from None
     click.echo(f"{head} (saved {data.get('date', '?')} by `{data.get('command', '?')}`)")
     click.echo(report.tables(rep, rows))
