@@ -933,3 +933,30 @@ def test_a_quote_that_fails_is_soon_not_verified_and_a_fixed_chain_has_none():
     drafting, lookup, draft = setup(right=True, adaptive=False)
     reasons = run_chain(drafting, _Hybrid(lookup, draft), 5)
     assert lookup.asked == 0 and not any("tail" in r for r in reasons)
+
+
+def test_a_probe_that_must_first_read_more_than_the_tokens_left_can_repay_waits_for_the_next_text():
+    """A probe mid-text first has the draft model read what it skipped; late in a short answer that reading costs
+    more than testing the draft on what is left can win back (Chain._probe_too_dear)."""
+    from edgespec.chain import CATCH_UP_LIMIT, PROBE_READ_SHARE, Chain, Link
+    from edgespec.proposers import DraftModelProposer
+
+    class Behind(DraftModelProposer):  # a draft model this many tokens behind, reading at read_s a token
+        def __init__(self, n: int, read_s: float) -> None:
+            self.n, self.read_s = n, read_s
+
+        def behind(self, seq) -> int:
+            return self.n
+
+    policy = DraftLength(8, True)
+    policy.cost.observe_verify(1, 0.070)
+    link = Link(Behind(20, 0.008), policy)
+    chain = Chain([link], None, None)
+    assert PROBE_READ_SHARE * 64 * 0.070 > 20 * 0.008  # 160 ms of reading against 5% of 64 plain steps: it probes
+    assert not chain._probe_too_dear(link, [], 64)
+    assert chain._probe_too_dear(link, [], 24)  # 24 tokens left (84 ms): it waits
+    assert not chain._probe_too_dear(link, [], 4000)
+    link.part.n = CATCH_UP_LIMIT + 1  # more than a probe ever reads first, however much is left
+    assert chain._probe_too_dear(link, [], 4000)
+    link.part.n, link.part.read_s = 20, None  # a reading not timed yet: only the limit holds
+    assert not chain._probe_too_dear(link, [], 24)
