@@ -304,9 +304,9 @@ class Chain:
         CATCH_UP_LIMIT tokens, or a reading that costs more than PROBE_READ_SHARE of what the `cap` tokens left
         (max_tokens, the context) would take plainly. Put off, it comes at the next text, where the prompt is read
         anyway (DraftLength.defer_probe). Late in a short answer a probe read 25-40 skipped tokens (180-300 ms
-        against 70 ms steps) to test the draft on the 20-odd tokens left; replayed (F16 pair, seven runs each), the
-        hybrid's lowest category rose in every setting where it was below plain (held-out: 0.92x to 0.96x), and
-        overall moved within 1%. A request with many tokens left probes as before."""
+        against 70 ms steps) to test the draft on the 20-odd tokens left. Replayed (F16 pair), the hybrid's lowest
+        category rose in six of the seven settings where it was below plain (held-out 0.92x to 0.96x), overall
+        within -1.2% to +1.3% (docs/performance.md, 2026-12-03 evening). With many tokens left it probes as before."""
         behind = _behind(link.part, seq)
         if behind > CATCH_UP_LIMIT:
             return True
