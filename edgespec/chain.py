@@ -1,8 +1,8 @@
 """One generation's rounds of proposals from a chain of proposers (drafting.py owns their policies): each part
 proposes in turn from where the earlier ones stopped, up to what its own policy wants; behind a free part (prompt
 lookup), a part that costs time plans the round by expected gain (DraftLength.plan); a draft model's second choices
-and branch become a verification tree's leaves. After verification each part hears its share, and a part that
-drafted at a cost hears how the round turned out against what was expected (DraftLength.outcomes).
+and branch become a verification tree's leaves (chain_trees.py). After verification each part hears its share, and
+a part that drafted at a cost hears how the round turned out against what was expected (DraftLength.outcomes).
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .backend import common_prefix
+from .chain_trees import ChainTrees
 from .costs import CATCH_UP_HORIZON
 from .proposers import EMPTY, DraftModelProposer, Proposal, Proposer
 from .sampling import SamplingConfig
@@ -49,7 +50,7 @@ class Link:
     refused: tuple[int, float] | None = None  # greedy: the token its confidence refused after its n, and that confidence
 
 
-class Chain:
+class Chain(ChainTrees):
     def __init__(self, links: list[Link], k_max: int | None, adaptive: bool | None, tree_width: int = 1) -> None:
         self.links = links
         self.k_max, self.adaptive = k_max, adaptive
@@ -342,61 +343,9 @@ class Chain:
             tokens += reach
         return drafters, verify + sum(drafting) + reading, tokens
 
-    def _branching(self, link: Link, offset: int, k: int) -> Callable[[int], int]:
-        """For a draft model drafting k tokens after `offset` of earlier parts': how many to draft after its second
-        choice at its position i (DraftLength.branch_length), from the round's measured acceptance only."""
-        def length(i: int) -> int:
-            accept = self._accept()[:offset] + link.policy.keyed(None).acceptances(k)
-            return link.policy.branch_length(accept, offset + i, k - 1 - i, link.policy.cost.t_draft(k) or 0.0,
-                                             link.part.extra_row_s, self.adaptive)
-        return length
-
     def _accept(self) -> list[float]:
         """The chance each position of the round's chain passes, its earlier ones passed: each part's own estimate."""
         return [a for x in self._used for a in x.policy.keyed(x.key).acceptances(x.n)]
-
-    def _second_choices(self, tokens: list[int], rows: int) -> tuple[list, list[int]] | None:
-        """Beside the chain, (token, q) and parent of each node: the draft's second choices worth a row as leaves
-        (DraftLength.second_choices), then its branch if it drafted one; `rows` nodes in all; None: none."""
-        link = next((x for x in self._used if x.alternatives), None)
-        if link is None:
-            return None
-        n_chain, room, fork = len(tokens), rows - len(tokens), None
-        if link.branch is not None and room > 0 and self.tree_width > 1:
-            at, grown, bq = link.branch
-            fork = (link.start + at, [link.alternatives[at]] + [(t, bq[j] if bq else None)
-                                                               for j, t in enumerate(grown[:room - 1])])
-        most = min(self.tree_width - 1 - (fork is not None), room - (len(fork[1]) if fork else 0))
-        leaves, parents = [], []
-        for p in link.policy.second_choices(self._accept(), link.start, most + (fork is not None), self.adaptive):
-            token, q = link.alternatives[p]
-            p += link.start
-            if token >= 0 and token != tokens[p] and (fork is None or p != fork[0]) and len(leaves) < most:
-                leaves.append((token, q))
-                parents.append(p - 1)
-        at = {parents[i] + 1 for i in range(len(leaves))}
-        if fork is not None:
-            head = n_chain + len(leaves)
-            leaves += fork[1]
-            parents += [fork[0] - 1] + list(range(head, head + len(fork[1]) - 1))
-            at.add(fork[0])
-            fork = (fork[0], head, len(fork[1]))
-        if not leaves:
-            return None
-        self._leaves = (link, n_chain, at, fork)
-        return leaves, parents
-
-    def _tree(self, link: Link, seq: list[int], k: int, rows: int) -> Proposal:
-        """A free proposer's continuations as a tree, cut to the nodes worth verifying (DraftLength.keep_tree), at
-        most `rows` of them."""
-        t0 = time.perf_counter()
-        prop = link.part.propose_tree(seq, k, self.tree_width)
-        n = len(prop.tokens)
-        offered = Tree(prop.tokens, prop.parents or list(range(-1, n - 1)), [None] * n, prop.sources)
-        tree = link.policy.keep_tree(offered, prop.key, rows)
-        link.seconds, link.key, link.start, link.n, link.tree = time.perf_counter() - t0, prop.key, 0, len(tree), tree
-        self._used.append(link)
-        return Proposal(tree.tokens, None, tree.sources, prop.key, None if tree.is_chain else tree.parents)
 
     def accepted(self, n: int, verified: Sequence[int] | None = None, path: Sequence[int] | None = None) -> None:
         """n tokens of the round's proposal passed: each part that proposed hears its own share. verified: the
