@@ -90,6 +90,9 @@ def bench(modes, workload, categories, limit, skip, fresh, max_tokens, repeats, 
     from .diagnostics import divergence
 
     if saved:
+        if json_path:
+            from .errors import InvalidArgument
+            raise InvalidArgument("--from-json measures nothing, so there is nothing for --json to save")
         return _show_saved(saved, plot_path)
     items = benchmark.read_jsonl(workload) if workload else benchmark.builtin()
     items = benchmark.select(items, categories, limit, skip)
@@ -155,12 +158,13 @@ def _show_saved(path: str, plot_path: str | None) -> None:
         name = Path(s["model"]).name + (f" + {Path(s['draft']).name}" if s.get("draft") else "")
         head = f"{name}, {s['max_tokens']} tokens x {s['prompts']} prompts x {s['repeats']}" + (
             ", fresh" if s.get("fresh") else "")
+        tables = report.tables(rep, rows)  # (before anything is shown: a record missing a figure is refused whole)
     except OSError as e:
         raise InvalidArgument(f"--from-json: cannot read {path}: {e.strerror or e}") from None
     except (ValueError, KeyError, TypeError, AttributeError):
         raise InvalidArgument(f"--from-json: {path} is not a file `edgespec bench --json` wrote") from None
     click.echo(f"{head} (saved {data.get('date', '?')} by `{data.get('command', '?')}`)")
-    click.echo(report.tables(rep, rows))
+    click.echo(tables)
     for note in rep.divergences:
         click.echo(note)
     if plot_path:

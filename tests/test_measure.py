@@ -157,7 +157,11 @@ def test_bench_refuses_bad_input_in_one_line(tiny_pair, tmp_path):
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--skip" in r.stderr
     r = run("bench", "--from-json", tmp_path / "none.json")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "cannot read" in r.stderr
-    for text in ('{"prompt": 3}', "[1, 2]", "not json", '{"rows": {}, "settings": {}}'):
+    r = run("bench", "--from-json", tmp_path / "none.json", "--json", tmp_path / "out.json")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "measures nothing" in r.stderr
+    partial = '{"rows": {"plain": {"overall": {}}}, "settings": {"model": "m", "max_tokens": 1, "prompts": 1, ' \
+        '"repeats": 1}}'  # a record whose rows lack their figures
+    for text in ('{"prompt": 3}', "[1, 2]", "not json", '{"rows": {}, "settings": {}}', partial):
         bad.write_text(text)
         r = run("bench", "--from-json", bad)
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and "not a file" in r.stderr, (text, r.stderr)
