@@ -52,6 +52,9 @@ def measure(target: str, draft: str, items, max_tokens: int, threads: int) -> li
         for it in items:
             t0 = time.time()
             prompt = it.tokens(e)
+            if len(prompt) + max_tokens > 1024:
+                print(f"  {it.category}: a {len(prompt)}-token prompt does not fit 1024 tokens, left out", file=sys.stderr)
+                continue
             out = list(e.generate(prompt, max_tokens=max_tokens, speculative=False).tokens)
             seq, n = prompt + out, len(prompt)
             at = list(range(n - 1, len(seq) - 1))  # row i predicts seq[i + 1]
