@@ -53,7 +53,8 @@ def measure(target: str, draft: str, items, max_tokens: int, threads: int) -> li
             t0 = time.time()
             prompt = it.tokens(e)
             if len(prompt) + max_tokens > 1024:
-                print(f"  {it.category}: a {len(prompt)}-token prompt does not fit 1024 tokens, left out", file=sys.stderr)
+                print(f"  {it.category}: a {len(prompt)}-token prompt does not fit 1024 tokens, left out",
+                      file=sys.stderr)
                 continue
             out = list(e.generate(prompt, max_tokens=max_tokens, speculative=False).tokens)
             seq, n = prompt + out, len(prompt)
@@ -61,7 +62,8 @@ def measure(target: str, draft: str, items, max_tokens: int, threads: int) -> li
             tctx.clear()
             dctx.clear()
             (tp, _), (dp, da) = _top(tctx.decode(seq, at)), _top(dctx.decode(seq, at))
-            rows += [(it.category, float(tp[j - 1]), float(dp[j]), bool(da[j] == seq[n + j])) for j in range(1, len(out))]
+            rows += [(it.category, float(tp[j - 1]), float(dp[j]), bool(da[j] == seq[n + j]))
+                     for j in range(1, len(out))]
             print(f"  {it.category}: {len(out)} tokens, {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
     return rows
 
@@ -85,7 +87,8 @@ def report(rows) -> None:
         m = (d >= lo) & (d < hi)
         if m.sum() >= 20:
             a, b = m & (t >= .9), m & (t < .9)
-            print(f"  draft [{lo:.1f}, {min(hi, 1):.1f}{']' if hi > 1 else ')'}: n={m.sum():5d}  passes {y[m].mean():.2f}"
+            print(f"  draft [{lo:.1f}, {min(hi, 1):.1f}{']' if hi > 1 else ')'}: n={m.sum():5d}  "
+                  f"passes {y[m].mean():.2f}"
                   f"  ({y[a].mean() if a.any() else float('nan'):.2f}, n={a.sum()} | "
                   f"{y[b].mean() if b.any() else float('nan'):.2f}, n={b.sum()})")
     print("by category: positions, pass rate, mean confidences (target before, draft), AUC of the target's within it")
