@@ -13,7 +13,8 @@ measurement (on the first prompt of each category, as the real one does) so the 
 `--noise S` multiplies each decode's cost by a seeded lognormal factor of spread S (a real run's timings are noisy:
 the policies' estimates should be robust to it), drawn for that decode alone (the same decode costs the same in
 every mode and in every version of the code, so two versions differ where they decode differently),
-`--latency-ms L` adds L to every target decode (a target over rpc-servers), `--verify-slope S` replaces the
+`--latency-ms L` adds L to every target decode (a target over rpc-servers), `--switch-ms W` W more to one whose shape
+(tokens, rows) is not the last one's (its graph sent to the server again), `--verify-slope S` replaces the
 target's verify curve by T(1) x (1 + S(m - 1)) (S near 0: a memory-bound GPU or laptop), `--draft-slope S` does the
 same to the draft's decodes of several tokens (its reading of what it skipped: on such a machine the draft is
 memory-bound too, where on this CPU it reads 8 tokens for 3.7 of its steps), `--target-scale X` makes
@@ -90,7 +91,8 @@ def do_trace(args) -> None:
     rec = _recording(args)
     items = benchmark.select(rec.items(), args.category or None, args.limit, args.skip)
     clock = Clock(args.noise, args.seed)
-    target, draft = rec.curves(args.latency_ms, args.verify_slope, args.target_scale, args.draft_slope)
+    target, draft = rec.curves(args.latency_ms, args.verify_slope, args.target_scale, args.draft_slope,
+                               args.switch_ms)
     with virtual_time(clock):
         if args.tune:
             engine = rec.engine(clock, target, draft, draft_max=args.draft_max, draft_p_min=args.draft_p_min)
@@ -115,7 +117,8 @@ def do_run(args) -> dict:
     if any("@" in m for m in modes):
         sys.exit("replay.py: a replay verifies chains only (no @W modes)")
     clock = Clock(args.noise, args.seed)
-    target, draft = rec.curves(args.latency_ms, args.verify_slope, args.target_scale, args.draft_slope)
+    target, draft = rec.curves(args.latency_ms, args.verify_slope, args.target_scale, args.draft_slope,
+                               args.switch_ms)
     with virtual_time(clock):
         engine = rec.engine(clock, target, draft, draft_max=args.draft_max, draft_p_min=args.draft_p_min)
         tuned = autotune.tune(engine, args.tune_seconds, 48, True, None) if args.tune else None
@@ -133,6 +136,7 @@ def do_run(args) -> dict:
     costs = f"{'costs of ' + Path(args.costs_from).name if args.costs_from else 'recorded costs'}" + \
         (f" + noise {args.noise:g}" if args.noise else "") + \
         (f" + {args.latency_ms:g} ms a target decode" if args.latency_ms else "") + \
+        (f" + {args.switch_ms:g} ms one of another shape" if args.switch_ms else "") + \
         (f", verify curve slope {args.verify_slope:g}" if args.verify_slope is not None else "") + \
         (f", draft curve slope {args.draft_slope:g}" if args.draft_slope is not None else "") + \
         (f", the target {args.target_scale:g}x slower" if args.target_scale != 1.0 else "")
@@ -177,6 +181,8 @@ def main() -> None:
     common.add_argument("--noise", type=float, default=0.0)
     common.add_argument("--seed", type=int, default=0)
     common.add_argument("--latency-ms", type=float, default=0.0)
+    common.add_argument("--switch-ms", type=float, default=0.0, help="added to a target decode of another shape "
+                        "(tokens, rows) than the last (over an rpc-server: the graph sent again)")
     common.add_argument("--verify-slope", type=float)
     common.add_argument("--draft-slope", type=float, help="the draft's decodes of m tokens cost T_d(1) x (1 + S x "
                         "(m - 1)) up to 17 (a GPU, with --verify-slope)")

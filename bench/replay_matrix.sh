@@ -11,6 +11,8 @@
 #   bench/replay_matrix.sh latency REC NAME    a recording with 0, 0.5, 2 and 10 ms on every target decode
 #   bench/replay_matrix.sh noisy REC NAME      plain and the draft model with 0.5 and 2 ms on every target decode and
 #                                              noise 0.15, seeds 1-8 (where a real run over a link lost: chance decides)
+#   bench/replay_matrix.sh switch TAG          a link whose decodes of another shape cost more (the graph sent again:
+#                                              --switch-ms), SmolLM2 and the F16 pair, quiet and with noise seeds 1-4
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=bench/results/replay-runs
@@ -68,5 +70,16 @@ case "${1:-}" in
     for ms in 0.5 2; do for seed in 1 2 3 4 5 6 7 8; do
       run "$name-latency-$ms-noise-seed$seed" "$rec" --tune --skip 1 --latency-ms "$ms" --noise 0.15 --seed "$seed" --modes plain,draft
     done; done ;;
-  *) echo "usage: $0 settings TAG | compute TAG | seeds TAG | fixedk TAG | fresh TAG | latency RECORDING NAME | noisy RECORDING NAME" >&2; exit 2 ;;
+  switch)
+    tag=${2:?a tag for this code}
+    for spec in "smollm 0.5 3" "smollm 0.5 15" "smollm 2 3" "smollm 2 15" "memory 0.5 11" "memory 2 11"; do
+      read -r rec ms switch <<< "$spec"
+      args=(bench/results/replay-$rec.json --tune --skip 1 --latency-ms "$ms" --switch-ms "$switch")
+      run "$rec-latency-$ms-switch-$switch-$tag" "${args[@]}" --modes plain,draft:4,draft,lookup,hybrid
+      for seed in 1 2 3 4; do
+        run "$rec-latency-$ms-switch-$switch-noise-seed$seed-$tag" "${args[@]}" --noise 0.15 --seed "$seed" \
+          --modes plain,draft,lookup,hybrid
+      done
+    done ;;
+  *) echo "usage: $0 settings TAG | compute TAG | seeds TAG | fixedk TAG | fresh TAG | latency RECORDING NAME | noisy RECORDING NAME | switch TAG" >&2; exit 2 ;;
 esac

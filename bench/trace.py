@@ -31,12 +31,15 @@ def main() -> None:
     ap.add_argument("--rpc", default="", help="rpc-servers for the target, HOST:PORT[,HOST:PORT...]")
     ap.add_argument("--delay-ms", type=float, help="reach each --rpc server (on this machine) through bench/rpc.py's "
                                                    "proxy, every chunk held this long each way (0: the proxy alone)")
+    ap.add_argument("--mbit", type=float, default=0.0, help="with --delay-ms: each direction of the link this fast "
+                    "(Mbit/s; 0: as fast as loopback)")
     ap.add_argument("--calibrations", type=int, default=1, help="time the verify curve this many times first")
     a = ap.parse_args()
     rpc = [x for x in a.rpc.split(",") if x]
     if a.delay_ms is not None:
         from rpc import DelayProxy
-        rpc = [f"127.0.0.1:{DelayProxy(int(x.rsplit(':', 1)[1]), a.delay_ms / 1000).port}" for x in rpc]
+        rpc = [f"127.0.0.1:{DelayProxy(int(x.rsplit(':', 1)[1]), a.delay_ms / 1000, a.mbit * 1e6 / 8).port}"
+               for x in rpc]
     engine = Engine.load(a.target, a.draft, n_threads=a.threads, n_ctx=4096, lookup=a.lookup, rpc=rpc)
     by = collections.defaultdict(list)
     for item in builtin():
@@ -49,6 +52,8 @@ def main() -> None:
     for _ in range(a.calibrations):
         curve = engine.calibrate(range(1, 17))
         print("verify curve (ms):", {m: round(t * 1000, 1) for m, t in curve.items()})
+        if engine.back_curve:
+            print("way back (ms):", {m: round(t * 1000, 1) for m, t in sorted(engine.back_curve.items())})
     for mode in modes:
         strategies.generate(mode, warm, 8)
     strategies.by_mode.clear()
@@ -76,6 +81,9 @@ def trace(engine: Engine, strategies: Strategies, items, modes, max_tokens: int)
                           f"outcomes x{policy.outcomes.optimism():.2f}, hopeless {policy.hopeless()}")
                     print(f"   T_v {({m: round(1000 * t, 1) for m, t in sorted(c.verify_s.items())})} ms, step "
                           f"{1000 * (policy.step_s or 0):.1f} ms, read {1000 * (part.read_s or 0):.1f} ms")
+                    if c.back.seconds:
+                        print(f"   way back {({m: round(1000 * t, 1) for m, t in sorted(c.back.seconds.items())})} "
+                              f"ms, paid after {c.back.ends:.2f} of the rounds")
 
 
 if __name__ == "__main__":

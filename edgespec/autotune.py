@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import benchmark, profile
+from .costs import WayBack
 from .engine import Engine
 from .proposers import PromptLookupProposer
 from .tuning import CostModel, DraftLength
@@ -85,7 +86,7 @@ def tune(engine: Engine, budget_s: float = 90.0, max_tokens: int = 48, lookup: b
     rows = rep.rows()
     measured = {m: r["overall"]["ms_per_token"] / 1000 for m, r in rows.items()}
     out = Tuned(rep.verify_curve, measured, choose(measured), rows)
-    cost = CostModel(verify_s=dict(rep.verify_curve))
+    cost = CostModel(verify_s=dict(rep.verify_curve), back=WayBack(engine.back_curve))
     if draft is not None:
         longest = max((m for m in rows if m.startswith("draft:")), key=lambda m: int(m[6:]))
         r = rows[longest]["overall"]
@@ -119,5 +120,5 @@ def tune(engine: Engine, budget_s: float = 90.0, max_tokens: int = 48, lookup: b
         if out.lookup_entry is not None:
             lookup = PromptLookupProposer()
             proposers[profile.lookup_name(lookup.n_min, lookup.n_max)] = out.lookup_entry
-        out.path = profile.save(key, rep.verify_curve, proposers)
+        out.path = profile.save(key, rep.verify_curve, proposers, engine.back_curve)
     return out

@@ -25,6 +25,7 @@ from .tuning import CostModel, DraftLength
 
 
 CALIBRATION_SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16)  # verify rows timed for the curve
+BACK_SIZES = (2, 4, 8, 16)  # over a link, and the largest size timed: the way back to a one-row step timed after these
 
 
 def parts(proposer: Proposer) -> Sequence[Proposer]:
@@ -44,7 +45,8 @@ class Drafting:
 
     def policy(self, proposer: Proposer) -> DraftLength:
         if proposer not in self._policies:
-            shared = self.cost if not self._policies else CostModel(verify_s=self.cost.verify_s)
+            shared = self.cost if not self._policies else CostModel(verify_s=self.cost.verify_s,
+                                                                    back=self.cost.back)
             self._policies[proposer] = DraftLength(self.draft_max, self.adaptive, shared)
         return self._policies[proposer]
 
@@ -58,6 +60,8 @@ class Drafting:
         if curve:
             for m, t in known.verify_s.items():
                 self.cost.observe_verify(m, t)
+            for m, t in known.back_s.items():
+                self.cost.back.observe(m, t)
         for part in (x for p in proposers for x in parts(p)):
             name = _entry_name(part)
             if name in known.proposers:
@@ -77,7 +81,7 @@ class Drafting:
             return "profile"
         curve = self.calibrate(target)
         if key is not None:
-            profile.save(key, curve)
+            profile.save(key, curve, back_s=self.cost.back.seconds)
         return "measured"
 
     def calibrate(self, target: Context, sizes: Sequence[int] = CALIBRATION_SIZES) -> dict[int, float]:
@@ -97,22 +101,28 @@ class Drafting:
             target.truncate(held)
         # Over a link a decode whose batch differs in shape from the one before it first sends the server its graph
         # again (llama.cpp's RPC client keeps only the last; 380-435 KB, bench/rpc_rows.py): a plain step after a
-        # plain step does not, a verify after a plain step does. So there a one-row decode is timed after another,
-        # as plain decoding pays it, and each longer one after a shorter one, as a verify after a step pays it
-        # (locally the warm-up row already stands before the one-row timing).
+        # plain step does not, a verify after a plain step does, and so does the plain step after the verify. So
+        # there a one-row decode is timed after another, as plain decoding pays it, each longer one after a shorter
+        # one, as a verify after a step pays it, and a one-row decode after some of them: what a round of m rows adds
+        # to the next plain step (WayBack). Locally no graph is sent, and the warm-up row already stands before the
+        # one-row timing.
         times: dict[int, list[float]] = {m: [] for m in sizes}
+        after: dict[int, list[float]] = {m: [] for m in sizes if m > 1 and target.model.rpc and
+                                         (m in BACK_SIZES or m == sizes[-1])}
         for _ in range(3 if target.model.rpc else 1):
             for m in sizes:
                 if m == 1 and target.model.rpc:
                     target.decode(filler, [0])
                     target.truncate(held)
-                t0 = time.perf_counter()
-                target.decode(filler * m, range(m))
-                times[m].append(time.perf_counter() - t0)
-                target.truncate(held)
+                times[m].append(_timed(target, filler * m, held))
+                if m in after:
+                    after[m].append(_timed(target, filler, held))
         curve = {m: statistics.median(t) for m, t in times.items()}
         for m, t in curve.items():
             self.cost.observe_verify(m, t)
+        if 1 in curve:
+            for m, t in after.items():
+                self.cost.back.observe(m, statistics.median(t) - curve[1])
         return curve
 
     def remember(self, key: dict | None) -> None:
@@ -125,7 +135,7 @@ class Drafting:
         entries = dict(known.proposers)
         for name, entry in learned.items():
             entries[name] = profile.merge(entries.get(name), entry)
-        profile.save(key, known.verify_s, entries)
+        profile.save(key, known.verify_s, entries, known.back_s)
 
     def learned(self, min_rounds: int = 8) -> dict[str, dict]:
         """What the policies of draft models and prompt lookup learned here (those with min_rounds of evidence), by
@@ -158,3 +168,12 @@ def _entry_name(part: Proposer) -> str | None:
         return profile.proposer_name(profile.key_of(part.ctx.model, part.ctx.n_threads))
     except OSError:
         return None
+
+
+def _timed(target: Context, tokens: list[int], held: int) -> float:
+    """Seconds of a decode of tokens (every row's logits) at the end of the cache, which is then cut back to held."""
+    t0 = time.perf_counter()
+    target.decode(tokens, range(len(tokens)))
+    seconds = time.perf_counter() - t0
+    target.truncate(held)
+    return seconds

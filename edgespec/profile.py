@@ -1,8 +1,9 @@
 """What this machine measured about a model, kept between processes: the verify curve T_v(m) (seconds for a target
-decode of m rows), so a new process with a draft starts from it instead of timing the target again before its
-first token; and, where `edgespec tune` measured them, each draft model's step costs and acceptance by position
-with this target, and prompt lookup's acceptance by match length (an engine adds what it learned when it closes),
-so a new process's first prompt starts from what was learned before.
+decode of m rows; over a link also the way back, what a one-row decode right after one of m rows costs more), so a
+new process with a draft starts from it instead of timing the target again before its first token; and, where
+`edgespec tune` measured them, each draft model's step costs and acceptance by position with this target, and
+prompt lookup's acceptance by match length (an engine adds what it learned when it closes), so a new process's
+first prompt starts from what was learned before.
 
 One small versioned JSON file per (machine, llama.cpp build, model file, threads, GPU layers) in the user's cache
 directory ($EDGESPEC_PROFILES, else $EDGESPEC_HOME/profiles, else ~/.cache/edgespec/profiles). A profile whose key
@@ -85,6 +86,7 @@ class Profile:
     # "step_s" (one draft step) and "calibration" ({"tested": [...], "passed": [...]} by confidence bin)
     proposers: dict[str, dict] = field(default_factory=dict)
     measured: str = ""
+    back_s: dict[int, float] = field(default_factory=dict)  # m rows -> the next one-row decode's extra (over a link)
 
 
 def lookup_name(n_min: int, n_max: int) -> str:
@@ -113,9 +115,11 @@ def load(k: dict, notes: list[str] | None = None) -> Profile | None:
             why = "measured under another key (machine, build, file or settings)"
         else:
             curve = {int(m): float(s) for m, s in data["verify_s"].items()}
+            back = {int(m): float(s) for m, s in (data.get("back_s") or {}).items()}
             proposers = {str(n): _proposer(e) for n, e in (data.get("proposers") or {}).items()}
-            if len(curve) >= 2 and all(0 < s < math.inf for s in curve.values()):  # (NaN fails it too)
-                return Profile(curve, proposers, str(data.get("measured", "")))
+            if len(curve) >= 2 and all(0 < s < math.inf for s in curve.values()) and \
+                    all(abs(s) < max(curve.values()) for s in back.values()):  # (NaN fails them too)
+                return Profile(curve, proposers, str(data.get("measured", "")), back)
             why = "its timings are impossible"
     except (ValueError, KeyError, TypeError, AttributeError):
         why = "it is not a profile this version can read"
@@ -178,10 +182,12 @@ def merge(old: dict | None, new: dict, keep: float = 0.5) -> dict:
     return out
 
 
-def save(k: dict, verify_s: dict[int, float], proposers: dict[str, dict] | None = None) -> Path | None:
+def save(k: dict, verify_s: dict[int, float], proposers: dict[str, dict] | None = None,
+         back_s: dict[int, float] | None = None) -> Path | None:
     """Write the profile atomically; None where the cache directory cannot be written (nothing else depends on it)."""
     path = path_of(k)
     data = {"key": k, "verify_s": {str(m): s for m, s in sorted(verify_s.items())},
+            **({"back_s": {str(m): s for m, s in sorted(back_s.items())}} if back_s else {}),
             "proposers": {n: {"draft_round_s": {str(m): s for m, s in sorted(e["draft_round_s"].items())},
                               "reached": e["reached"], "accepted": e["accepted"], "by_key": e.get("by_key", {}),
                               **{f: e[f] for f in ("step_s", "calibration") if f in e}}

@@ -64,11 +64,13 @@ def _line(table: dict[int, float], m: int) -> float:
 class Curve:
     """Seconds for a decode of m tokens asking for r rows of logits: timed with one row (a prompt, a plain step,
     a draft's step) and with every row (a verify), linear in the rows between the two; plus latency_s on every
-    decode (a network's round trip)."""
+    decode (a network's round trip), and switch_s on a decode of another shape (tokens, rows) than the one before
+    it (over an rpc-server: its graph sent again; the context charges it, and its model says it is on a server)."""
 
     one_row: dict[int, float]
     all_rows: dict[int, float]
     latency_s: float = 0.0
+    switch_s: float = 0.0
 
     def __call__(self, m: int, rows: int = 1) -> float:
         t = _line(self.one_row, m)
@@ -83,7 +85,7 @@ class Curve:
 
     def scaled(self, factor: float) -> "Curve":
         return Curve({m: t * factor for m, t in self.one_row.items()},
-                     {m: t * factor for m, t in self.all_rows.items()}, self.latency_s)
+                     {m: t * factor for m, t in self.all_rows.items()}, self.latency_s, self.switch_s)
 
     def flattened(self, slope: float, rows: int = 17) -> "Curve":
         """The curve with a verify of m <= `rows` costing T(1) x (1 + slope x (m - 1)) (a memory-bound GPU or laptop:
@@ -91,7 +93,8 @@ class Curve:
         one = self.one_row[min(self.one_row)]
         flat = {m: one * (1 + slope * (m - 1)) for m in range(1, rows + 1)}
         return Curve({**{m: t for m, t in self.one_row.items() if m > rows},
-                      **{m: min(_line(self.one_row, m), t) for m, t in flat.items()}}, flat, self.latency_s)
+                      **{m: min(_line(self.one_row, m), t) for m, t in flat.items()}}, flat, self.latency_s,
+                     self.switch_s)
 
 
 class Clock:
@@ -187,6 +190,7 @@ class ReplayContext:
         self.n_ctx, self.n_threads = n_ctx, n_threads
         self.tokens: list[int] = []
         self.llama_s = 0.0
+        self._shape: tuple[int, int] | None = None  # (tokens, rows) of the last decode
 
     @property
     def room(self) -> int:
@@ -200,7 +204,9 @@ class ReplayContext:
         self.tokens.extend(tokens)
         if tokens:  # (the key: this decode and no other, whatever ran before it)
             key = (self.role, base, len(tokens), len(logit_rows), hash(tuple(self.tokens)))
-            self.llama_s += self.clock.spend(self.curve(len(tokens), len(logit_rows)), key)
+            shape, self._shape = self._shape, (len(tokens), len(logit_rows))
+            switch = self.curve.switch_s if shape is not None and shape != self._shape else 0.0
+            self.llama_s += self.clock.spend(self.curve(len(tokens), len(logit_rows)) + switch, key)
         out = np.zeros((len(logit_rows), self.model.n_vocab), dtype=np.float32)
         if len(logit_rows):
             text = self.oracle.text_of(self.tokens)
@@ -306,14 +312,15 @@ class Recording:
                                                    for r, c in t["messages"])) for t in self.data["texts"]]
 
     def curves(self, latency_ms: float = 0.0, verify_slope: float | None = None, target_scale: float = 1.0,
-               draft_slope: float | None = None) -> tuple[Curve, Curve]:
+               draft_slope: float | None = None, switch_ms: float = 0.0) -> tuple[Curve, Curve]:
         """The recorded costs: the target's times target_scale (a slower machine state against the same draft),
-        with latency_ms on each of its decodes, and its verify curve flattened to verify_slope (Curve.flattened);
-        the draft's decodes of several tokens (reading what it skipped, a lookup's tokens) flattened to draft_slope
-        (on a GPU both models are memory-bound: a flat verify beside a draft whose reading costs as on this CPU is
-        neither machine)."""
+        with latency_ms on each of its decodes (and switch_ms on one whose shape is not the last one's), and its
+        verify curve flattened to verify_slope (Curve.flattened); the draft's decodes of several tokens (reading
+        what it skipped, a lookup's tokens) flattened to draft_slope (on a GPU both models are memory-bound: a flat
+        verify beside a draft whose reading costs as on this CPU is neither machine)."""
         costs = self.data["costs"]
         target = Curve.of(costs["target"], latency_ms / 1000).scaled(target_scale)
+        target.switch_s = switch_ms / 1000
         if verify_slope is not None:
             target = target.flattened(verify_slope)
         draft = Curve.of(costs["draft"])
@@ -340,6 +347,8 @@ class Recording:
                   for _ in range(2)]
         filler = vocab["filler"]
         threads = self.data.get("threads", 2)
+        if target.switch_s:  # a decode of another shape dearer: a target on an rpc-server, as the engine sees one
+            models[0].rpc = ["127.0.0.1:50052 (replayed)"]
         tctx = ReplayContext(models[0], Oracle(texts, target_says, filler), target, clock, n_ctx, threads)
         dctx = ReplayContext(models[1], Oracle(texts, draft_says, filler, sure), draft, clock, n_ctx, threads, "draft")
         proposer = DraftModelProposer(dctx, vocab["n_vocab"], p_min=draft_p_min)

@@ -20,6 +20,9 @@ def test_a_curve_comes_back_only_under_the_same_key(profiles, tiny_pair):
     assert profile.load(k) is None
     path = profile.save(k, {1: 0.01, 4: 0.012})
     assert path.parent == profiles and profile.load(k).verify_s == {1: 0.01, 4: 0.012}
+    assert profile.load(k).back_s == {}
+    profile.save(k, {1: 0.01, 4: 0.012}, back_s={4: 0.003, 16: -0.0001})  # over a link: the way back
+    assert profile.load(k).back_s == {4: 0.003, 16: -0.0001}
     assert profile.load(profile.key(str(tiny_pair[0]), 1, 0)) is None  # other threads
     assert profile.load({**k, "build": k["build"] + " AMX = 1"}) is None  # another build
     assert profile.load({**k, "mtime_ns": k["mtime_ns"] + 1}) is None  # the file replaced or touched
@@ -54,6 +57,9 @@ def test_a_damaged_profile_is_ignored(profiles, tiny_pair, content):
     data = {"key": k, "verify_s": {"1": -1.0, "2": 0.01}}  # impossible timings
     path.write_text(json.dumps(data))
     assert profile.load(k) is None
+    for back in ({"2": 5.0}, {"2": "NaN"}, {"2": [1]}):  # a way back dearer than any decode, not a number
+        path.write_text(json.dumps({"key": k, "verify_s": {"1": 0.01, "2": 0.011}, "back_s": back}))
+        assert profile.load(k) is None
     data = {"key": k, "verify_s": {"1": 0.01, "2": 0.01}, "proposers": {"draft x": {"reached": [1], "accepted": [2]}}}
     path.write_text(json.dumps(data))  # more accepted than tested: not a measurement
     assert profile.load(k) is None

@@ -83,6 +83,34 @@ def test_the_curve():
     assert flat(5, 5) == flat(1) == 1.5 and flat(64) == 10.5
 
 
+def test_a_decode_of_another_shape_costs_the_switch_and_the_engine_learns_the_way_back(recording):
+    """Over an rpc-server a decode whose shape is not the last one's sends its graph again (--switch-ms): a plain step
+    right after a verify pays it, and the engine keeps that apart from T_v(1), as the way back a verify costs."""
+    target, draft = recording.curves(switch_ms=5.0)
+    assert target.switch_s == 0.005 and draft.switch_s == 0.0
+    clock = Clock(0.0, seed=1, tick=0.0)
+    with virtual_time(clock):
+        engine = recording.engine(clock, target, draft)
+        strategies = benchmark.Strategies(engine)
+        results = [strategies.generate("lookup", it.tokens(engine), N)[0] for it in recording.items()]
+        plain, back = engine._cost.verify_s[1], engine.back_curve
+        engine.close(remember=False)
+    pairs = [(i, a, b) for r in results for i, (a, b) in enumerate(zip(r.stats.rounds, r.stats.rounds[1:]))]
+    after = [(a.n_drafted, b.seconds) for i, a, b in pairs
+             if not b.n_drafted and (i or a.n_drafted)]  # (a plain first round: the prompt's row, no decode)
+    assert any(n for n, _ in after) and any(not n for n, _ in after)
+    for n, seconds in after:
+        assert seconds == pytest.approx(target(1, 1) + (0.005 if n else 0.0), rel=1e-9)
+    assert plain == pytest.approx(target(1, 1), rel=1e-9)  # steps after steps only
+    assert back and all(b == pytest.approx(0.005, rel=1e-6) for b in back.values())
+    local, _ = recording.curves()
+    with virtual_time(clock):  # on this machine no graph is sent: nothing to learn or price
+        engine = recording.engine(clock, local, draft)
+        benchmark.Strategies(engine).generate("lookup", recording.items()[0].tokens(engine), N)
+        assert not engine.model.rpc and engine.back_curve == {}
+        engine.close(remember=False)
+
+
 def test_a_gpu_flattens_the_draft_too_where_asked(recording):
     # --verify-slope alone flattens the target's curve; --draft-slope the draft's (its reading of what it skipped)
     target, draft = recording.curves()

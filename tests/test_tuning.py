@@ -821,13 +821,47 @@ def test_a_confidence_stop_prices_a_draft_step_as_the_proposer_timed_it():
     assert stop.keep(0, 0.95) and stop.further(0)
 
 
+def test_the_way_back_to_plain_steps_is_priced_from_where_the_target_stands():
+    """Over a link the plain step after a verify resends its graph (1 Gbit/s: 13-22 ms more than after another plain
+    step, bench/results/rpc-rows-smollm.log). Drafting pays that way back once, whenever it stops: after a plain
+    step a round of m rows costs its decode and its share of the way back (how often a round of several rows was
+    followed by a plain step), so a draft that pays without it may not pay with it; after a round of several rows a
+    plain step costs the way back in full and a verify nothing more. Between timed sizes the way back is
+    interpolated, past them it is the nearest one's (two noisy timings of a small difference extrapolate anywhere)."""
+    from edgespec.costs import WayBack
+
+    c = CostModel(verify_s={1: 0.010, 2: 0.012, 5: 0.020}, draft_s=0.001)
+    c.reached, c.accepted = [100.0] * 4, [80.0] * 4
+    assert c.t_verify(2) == 0.012 and c.cost_per_token(1) < c.t_verify(1)  # pays
+    c.back.observe(1, 0.5)  # (a one-row decode after a one-row one: nothing to learn)
+    c.back.observe(2, 0.008)
+    c.back.observe(5, 0.010)
+    assert c.back.seconds == {2: 0.008, 5: 0.010} and c.back.ends == 1.0 and c.t_verify(1) == 0.010
+    assert c.t_verify(2) == pytest.approx(0.020) and c.t_verify(5) == pytest.approx(0.030)
+    assert c.t_verify(3) == pytest.approx(0.012 + 0.008 / 3 + 0.008 + 0.002 / 3)
+    assert c.t_verify(8) == pytest.approx(0.028 + 0.010)  # the decode along its line, the way back flat
+    assert c.cost_per_token(1) > c.t_verify(1)  # no longer pays
+    c.back.decoded(5, None)  # a round of 5 rows: from here a plain step pays the way back, a verify nothing more
+    assert c.t_verify(1) == pytest.approx(0.020) and c.t_verify(2) == 0.012 and c.cost_per_token(1) < c.t_verify(1)
+    c.back.decoded(3, None)  # drafting went on: rounds share the way back
+    assert c.back.ends == pytest.approx(0.8)
+    c.back.decoded(1, 0.011)  # ... and back to plain steps: timed
+    assert c.back.seconds[3] == 0.011 and c.back.ends == pytest.approx(0.84)
+    assert c.t_verify(1) == 0.010 and c.t_verify(5) == pytest.approx(0.020 + 0.84 * 0.010)
+    c.back.decoded(1, 0.5)  # a plain step after a plain step teaches the way back nothing
+    assert c.back.seconds == {2: 0.008, 3: 0.011, 5: 0.010} and c.back.ends == pytest.approx(0.84)
+    shared = CostModel(verify_s=c.verify_s, back=c.back)  # another proposer's policy: the same target
+    assert shared.t_verify(5) == c.t_verify(5) and WayBack().price(4) == 0.0
+
+
 def test_over_an_rpc_server_each_size_is_decoded_once_before_it_is_timed():
     """The first decode of each batch size over an rpc-server is slow, the next not (10 ms away:
     a first two-row decode took 5.1x a one-row one, 1.3x the next time): timed so, the verify curve rose in a step
     that was not there in generation. There each size is decoded once before it is timed; locally one warm-up row.
     And over a link a decode of another shape than the last resends the graph (1 Gbit/s: a one-row decode 5 ms
     dearer after a five-row one than after another one-row one, bench/rpc_rows.py): a plain step is timed after a
-    one-row decode, as plain decoding pays it, each longer decode after a shorter one, as a verify pays it."""
+    one-row decode, as plain decoding pays it, each longer decode after a shorter one, as a verify pays it, and a
+    one-row decode after the longer ones, the way back to plain steps that a round of that many rows costs."""
     from types import SimpleNamespace
 
     from edgespec.drafting import Drafting
@@ -843,10 +877,11 @@ def test_over_an_rpc_server_each_size_is_decoded_once_before_it_is_timed():
         def truncate(self, n):
             del self.tokens[n:]
 
-    for rpc, warm, passes in (([("127.0.0.1", 50052)], [1, 2, 4], [1, 1, 2, 4] * 3), ([], [1], [1, 2, 4])):
-        target = Target(rpc)
-        curve = Drafting(4, True, CostModel()).calibrate(target, [1, 2, 4])
+    for rpc, warm, passes in (([("127.0.0.1", 50052)], [1, 2, 4], [1, 1, 2, 1, 4, 1] * 3), ([], [1], [1, 2, 4])):
+        target, cost = Target(rpc), CostModel()
+        curve = Drafting(4, True, cost).calibrate(target, [1, 2, 4])
         assert target.shapes == warm + passes and sorted(curve) == [1, 2, 4] and target.tokens == [5, 6]
+        assert sorted(cost.back.seconds) == ([2, 4] if rpc else [])
 
 
 def test_over_an_rpc_server_the_curve_is_the_median_of_three_passes(monkeypatch):
