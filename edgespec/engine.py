@@ -345,7 +345,7 @@ class Engine:
         a plain step after a verify the way back from it; a decode after something else (a prompt, the curve's
         timing) teaches neither. Locally there is no way back to pay (a one-row SmolLM2 decode after a five-row one:
         0.1-1.7 ms over 13, within a step's noise, bench/results/rpc-rows-smollm.log), and every decode times the
-        curve: priced there, the noise of that difference cost the replayed hybrid about 1%."""
+        curve: priced there, the noise of that difference cost the replayed hybrid 0.7% (docs/rpc.md)."""
         plain, back = self._cost.verify_s.get(1), self._cost.back
         if rows > 1 or back.last == 1 or not self.model.rpc:
             self._cost.observe_verify(rows, seconds)
