@@ -90,9 +90,16 @@ def bench(modes, workload, categories, limit, skip, fresh, max_tokens, repeats, 
     from .diagnostics import divergence
 
     if saved:
+        from .errors import InvalidArgument
         if json_path:
-            from .errors import InvalidArgument
             raise InvalidArgument("--from-json measures nothing, so there is nothing for --json to save")
+        ctx = click.get_current_context()
+        given = [p.opts[0] for p in ctx.command.params if p.name not in ("saved", "plot_path", "verbose")
+                 and ctx.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE]
+        if given:  # (a filter or a setting silently ignored would show figures the user did not ask for)
+            raise InvalidArgument(f"--from-json measures nothing, so {', '.join(given)} "
+                                  f"{'does' if len(given) == 1 else 'do'} not apply: leave "
+                                  f"{'it' if len(given) == 1 else 'them'} out, or measure again without --from-json")
         return _show_saved(saved, plot_path)
     items = benchmark.read_jsonl(workload) if workload else benchmark.builtin()
     items = benchmark.select(items, categories, limit, skip)

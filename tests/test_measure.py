@@ -159,6 +159,10 @@ def test_bench_refuses_bad_input_in_one_line(tiny_pair, tmp_path):
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "cannot read" in r.stderr
     r = run("bench", "--from-json", tmp_path / "none.json", "--json", tmp_path / "out.json")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "measures nothing" in r.stderr
+    for extra, named in ((["--category", "chat"], "--category does not apply"),
+                         (["-m", tiny_pair[0], "--max-tokens", "8"], "--model, --max-tokens do not apply")):
+        r = run("bench", "--from-json", tmp_path / "none.json", *extra)  # a filter or setting is not silently ignored
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and named in r.stderr, r.stderr
     partial = '{"rows": {"plain": {"overall": {}}}, "settings": {"model": "m", "max_tokens": 1, "prompts": 1, ' \
         '"repeats": 1}}'  # a record whose rows lack their figures
     for text in ('{"prompt": 3}', "[1, 2]", "not json", '{"rows": {}, "settings": {}}', partial):
