@@ -69,6 +69,7 @@ class Tuned:
     draft_name: str | None = None
     lookup_entry: dict | None = None
     decision: str = ""  # what the engine's adaptive policy will do from this profile
+    back_s: dict[int, float] = field(default_factory=dict)  # over a link: a plain step after m rows, its extra
     breakeven: list[BreakEven] = field(default_factory=list)
     path: Path | None = None
 
@@ -85,8 +86,8 @@ def tune(engine: Engine, budget_s: float = 90.0, max_tokens: int = 48, lookup: b
         raise KeyboardInterrupt  # a profile from part of the run is not what tune promises: write nothing
     rows = rep.rows()
     measured = {m: r["overall"]["ms_per_token"] / 1000 for m, r in rows.items()}
-    out = Tuned(rep.verify_curve, measured, choose(measured), rows)
-    cost = CostModel(verify_s=dict(rep.verify_curve), back=WayBack(engine.back_curve))
+    out = Tuned(rep.verify_curve, measured, choose(measured), rows, back_s=engine.back_curve)
+    cost = CostModel(verify_s=dict(rep.verify_curve), back=WayBack(dict(out.back_s)))
     if draft is not None:
         longest = max((m for m in rows if m.startswith("draft:")), key=lambda m: int(m[6:]))
         r = rows[longest]["overall"]
@@ -120,5 +121,5 @@ def tune(engine: Engine, budget_s: float = 90.0, max_tokens: int = 48, lookup: b
         if out.lookup_entry is not None:
             lookup = PromptLookupProposer()
             proposers[profile.lookup_name(lookup.n_min, lookup.n_max)] = out.lookup_entry
-        out.path = profile.save(key, rep.verify_curve, proposers, engine.back_curve)
+        out.path = profile.save(key, rep.verify_curve, proposers, out.back_s)
     return out

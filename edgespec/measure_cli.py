@@ -220,6 +220,9 @@ def _print_tuned(t) -> None:
     one = curve[1]
     click.echo("verify cost T_v(m), ms (x one row): " + "  ".join(f"{m}:{1000 * s:.0f} ({s / one:.2f})"
                                                                 for m, s in sorted(curve.items())))
+    if t.back_s:  # (over rpc-servers: a decode of another shape sends the graph again)
+        click.echo("the way back, a plain step right after m rows (ms more; in T_v(K+1) below): " + "  ".join(
+            f"{m}:{1000 * s:.1f}" for m, s in sorted(t.back_s.items())))
     n = t.rows["plain"]["overall"]["prompts"]
     click.echo(f"\nmeasured on {n} prompts (one per category), greedy:")
     for mode, r in t.rows.items():

@@ -237,6 +237,17 @@ def test_tune_command(tiny_pair, tmp_path):
                  "profile: "):
         assert says in r.stdout
     assert len(list((tmp_path / "p").glob("*.json"))) == 1
+    assert "the way back" not in r.stdout  # (only over rpc-servers)
+
+
+def test_tune_says_what_the_way_back_from_a_verify_costs_where_it_timed_one(capsys):
+    from edgespec.measure_cli import _print_tuned
+
+    plain = {"overall": {"prompts": 1, "ms_per_token": 18.0, "acceptance_by_position": []}}
+    _print_tuned(autotune.Tuned({1: 0.018, 2: 0.030}, {"plain": 0.018}, "plain", {"plain": plain},
+                                back_s={2: 0.0046, 16: 0.0128}))
+    assert "the way back, a plain step right after m rows (ms more; in T_v(K+1) below): 2:4.6  16:12.8" in \
+        capsys.readouterr().out
 
 
 def test_ctrl_c_keeps_what_bench_measured(tiny_pair):

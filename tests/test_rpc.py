@@ -88,6 +88,20 @@ def test_a_target_split_over_two_servers_writes_what_it_writes_locally(smollm_f1
         e.close(), local.close()
 
 
+def test_over_servers_the_calibration_times_the_way_back_to_a_plain_step(smollm_f16, servers):
+    """Over a link a decode of another shape than the last sends the server its graph again: the calibration times a
+    one-row decode right after decodes of 2, 4, 8 and 16 rows (WayBack); locally it times none."""
+    local, e = spec_engine(smollm_f16), spec_engine(smollm_f16, rpc=servers[:1])
+    try:
+        for x in (local, e):
+            x.target.read(x.tokenize("The capital of France is", chat_format=False))
+            x.calibrate()
+        assert local.back_curve == {} and sorted(e.back_curve) == [2, 4, 8, 16]
+        assert all(abs(s) < e._cost.verify_s[16] for s in e.back_curve.values())
+    finally:
+        e.close(), local.close()
+
+
 def test_the_output_layer_kept_here_writes_what_it_writes_locally(smollm_f16, servers):
     """--output-here: the target's layers on the servers but its output layer on this machine (a decode brings back
     each row's hidden state, not its logits): plain and speculative output as locally, the caches left alike (the
