@@ -117,6 +117,7 @@ class Drafting:
                 times[m].append(_timed(target, filler * m, held))
                 if m in after:
                     after[m].append(_timed(target, filler, held))
+        self.decoded_other()
         curve = {m: statistics.median(t) for m, t in times.items()}
         for m, t in curve.items():
             self.cost.observe_verify(m, t)
@@ -124,6 +125,28 @@ class Drafting:
             for m, t in after.items():
                 self.cost.back.observe(m, statistics.median(t) - curve[1])
         return curve
+
+    def decoded(self, rows: int, seconds: float | None, over_link: bool) -> None:
+        """The target decoded `rows` rows in a round, in `seconds` (None: not to be timed). Over an rpc-server
+        (over_link) a decode of another shape than the last resends its graph (WayBack): there a verify, or a plain
+        step after a plain step, times the verify curve, and a plain step after a verify the way back from it; a
+        decode after something else (decoded_other) teaches neither. Locally there is no way back to pay (a one-row
+        SmolLM2 decode after a five-row one: 0.1-1.7 ms over 13, within a step's noise,
+        bench/results/rpc-rows-smollm.log), and every decode times the curve: priced there, the noise of that
+        difference cost the replayed hybrid 0.7% (docs/rpc.md)."""
+        back = self.cost.back
+        if seconds is None:
+            back.last = rows
+            return
+        plain = self.cost.verify_s.get(1)
+        if rows > 1 or back.last == 1 or not over_link:
+            self.cost.observe_verify(rows, seconds)
+        if over_link:
+            back.decoded(rows, seconds - plain if rows == 1 and plain is not None else None)
+
+    def decoded_other(self) -> None:
+        """The target decoded something that was not a round (a prompt, the curve's timing)."""
+        self.cost.back.last = 0
 
     def remember(self, key: dict | None) -> None:
         """Add what the proposers' policies learned to the profile under `key`, where there is one (its verify

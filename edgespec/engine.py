@@ -250,7 +250,7 @@ class Engine:
         # last row, the first token's: a decode fewer before the first token than reading seq[-1] in a round of
         # its own (over an rpc-server, a round trip fewer too).
         run.stats.n_prompt_evaluated, run.first_row = self.target.read(run.seq)
-        self._cost.back.last = 0
+        self._drafting.decoded_other()
         if run.chain is not None and begin:
             run.chain.begin(run.seq)
         run.stats.prompt_s = time.perf_counter() - t0
@@ -328,33 +328,16 @@ class Engine:
         t4 = time.perf_counter()
         for phase, dt in (("draft", t1 - t0), ("prepare", t2 - t1), ("verify", t3 - t2), ("accept", t4 - t3)):
             stats.phase_s[phase] += dt
-        if not cached:  # (the prompt's row: read with the prompt, not a verify)
-            if reason == "first":  # the prompt's remote work may finish here: timed into nothing
-                self._cost.back.last = len(batch)
-            else:
-                self._observe(len(batch), t3 - t2)
+        if not cached:  # (the prompt's row: read with it; a first round may finish its remote work: not timed)
+            self._drafting.decoded(len(batch), None if reason == "first" else t3 - t2, bool(self.model.rpc))
         depth, taken = (max(tree.shape()[0]), tuple(prop.sources[i] for i in path)) if tree is not None \
             else (None, None)
         stats.add_round(RoundRecord(len(prop.tokens), n, len(emitted), t4 - t0, self._llama_seconds(run) - llama0,
                                     reason, tuple(prop.sources), depth, taken))
         return emitted, finish
 
-    def _observe(self, rows: int, seconds: float) -> None:
-        """A round's decode of `rows` rows took `seconds`. Over an rpc-server a decode of another shape than the last
-        resends its graph (WayBack): there a verify, or a plain step after a plain step, times the verify curve, and
-        a plain step after a verify the way back from it; a decode after something else (a prompt, the curve's
-        timing) teaches neither. Locally there is no way back to pay (a one-row SmolLM2 decode after a five-row one:
-        0.1-1.7 ms over 13, within a step's noise, bench/results/rpc-rows-smollm.log), and every decode times the
-        curve: priced there, the noise of that difference cost the replayed hybrid 0.7% (docs/rpc.md)."""
-        plain, back = self._cost.verify_s.get(1), self._cost.back
-        if rows > 1 or back.last == 1 or not self.model.rpc:
-            self._cost.observe_verify(rows, seconds)
-        if self.model.rpc:
-            back.decoded(rows, seconds - plain if rows == 1 and plain is not None else None)
-
     def _start_costs(self, chain: Chain) -> None:
         self.costs_from = self._drafting.start_costs(self.target, chain, self._profile_key(), self.notes)
-        self._cost.back.last = 0
 
     def use_profile(self, proposers: Sequence[Proposer] = (), curve: bool = True) -> bool:
         """Start from this machine's profile of the target (profile.py): its verify curve (curve=False: not that),
@@ -371,13 +354,11 @@ class Engine:
 
     @property
     def back_curve(self) -> dict[int, float]:
-        """m rows -> what a one-row decode right after a decode of m rows has cost more than one after a one-row
-        decode (WayBack; over a link the graph is sent again), as far as measured."""
+        """m rows -> a one-row decode right after m rows, its cost over one after a one-row decode (WayBack)."""
         return dict(self._cost.back.seconds)
 
     def calibrate(self, sizes: Sequence[int] = CALIBRATION_SIZES) -> dict[int, float]:
         """The target's verify curve timed now and fed to the cost model (Drafting.calibrate)."""
-        self._cost.back.last = 0
         return self._drafting.calibrate(self.target, sizes)
 
     def _llama_seconds(self, run: "_Run") -> float:
