@@ -828,7 +828,7 @@ def test_the_way_back_to_plain_steps_is_priced_from_where_the_target_stands():
     followed by a plain step), so a draft that pays without it may not pay with it; after a round of several rows a
     plain step costs the way back in full and a verify nothing more. Between timed sizes the way back is
     interpolated, past them it is the nearest one's (two noisy timings of a small difference extrapolate anywhere)."""
-    from edgespec.costs import WayBack
+    from edgespec.way_back import WayBack
 
     c = CostModel(verify_s={1: 0.010, 2: 0.012, 5: 0.020}, draft_s=0.001)
     c.reached, c.accepted = [100.0] * 4, [80.0] * 4
