@@ -18,7 +18,7 @@ __all__ = [
 
 # The engine (and llama.cpp with it) loads on first use, so `edgespec --help` and the CLI's signal handling
 # start before the heavy imports: Ctrl-C while llama.cpp loads is then an ordinary, handled interrupt.
-_LAZY = {"Engine": "engine", "GenerationResult": "engine", "Response": "engine", "SamplingConfig": "sampling",
+_LAZY = {"Engine": "engine", "GenerationResult": "results", "Response": "results", "SamplingConfig": "sampling",
          "GREEDY": "sampling", "GenerationStats": "stats", "Constraint": "constraints"}
 
 

@@ -25,6 +25,7 @@ from .drafting import CALIBRATION_SIZES, Drafting, parts
 from .constraints import Constraint, Grammar
 from .guide import Guide
 from .proposers import EMPTY, Proposal, Proposer
+from .results import GenerationResult, Response
 from .sampling import GREEDY, Rows, SamplingConfig
 from .stats import GenerationStats, RoundRecord
 from .text import TextStream
@@ -35,31 +36,6 @@ from .verify import verify_greedy, verify_sampled
 
 DEFAULT_CTX = 4096
 DEFAULT_DRAFT_MAX = 8
-
-
-@dataclass
-class GenerationResult:
-    text: str
-    tokens: list[int]
-    finish_reason: str  # "stop": end-of-generation token or stop string; "length": max_tokens or a full context;
-    # "grammar": the constraint allows no next token (a grammar that cannot be completed)
-    stats: GenerationStats
-
-    def to_dict(self) -> dict:
-        return {"text": self.text, "tokens": self.tokens, "finish_reason": self.finish_reason,
-                "stats": self.stats.to_dict()}
-
-
-@dataclass
-class Response:
-    """One streamed step: a token and the text it made showable. The last one has finish_reason and result."""
-
-    text: str
-    token: int | None = None
-    from_draft: bool = False
-    source: str | None = None  # the proposer that drafted this token ("draft", "lookup"), None for the target's
-    finish_reason: str | None = None
-    result: GenerationResult | None = field(default=None, repr=False)
 
 
 class Engine:
