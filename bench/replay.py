@@ -13,7 +13,8 @@ measurement (on the first prompt of each category, as the real one does) so the 
 `--noise S` multiplies each decode's cost by a seeded lognormal factor of spread S (a real run's timings are noisy:
 the policies' estimates should be robust to it), drawn for that decode alone (the same decode costs the same in
 every mode and in every version of the code, so two versions differ where they decode differently),
-`--latency-ms L` adds L to every target decode (a target over rpc-servers), `--switch-ms W` W more to one whose shape
+`--hiccups R` holds decodes up R times a second of decoding, each by an exponential delay of mean `--hiccup-ms H` (a
+real machine's tail of slow timings, which the lognormal has not), `--latency-ms L` adds L to every target decode (a target over rpc-servers), `--switch-ms W` W more to one whose shape
 (tokens, rows) is not the last one's (its graph sent to the server again), `--verify-slope S` replaces the
 target's verify curve by T(1) x (1 + S(m - 1)) (S near 0: a memory-bound GPU or laptop), `--draft-slope S` does the
 same to the draft's decodes of several tokens (its reading of what it skipped: on such a machine the draft is
@@ -90,7 +91,7 @@ def do_trace(args) -> None:
 
     rec = _recording(args)
     items = benchmark.select(rec.items(), args.category or None, args.limit, args.skip)
-    clock = Clock(args.noise, args.seed)
+    clock = Clock(args.noise, args.seed, hiccups=args.hiccups, hiccup_s=args.hiccup_ms / 1000)
     target, draft = rec.curves(args.latency_ms, args.verify_slope, args.target_scale, args.draft_slope,
                                args.switch_ms)
     with virtual_time(clock):
@@ -116,7 +117,7 @@ def do_run(args) -> dict:
     modes = benchmark.parse_modes(args.modes, True)
     if any("@" in m for m in modes):
         sys.exit("replay.py: a replay verifies chains only (no @W modes)")
-    clock = Clock(args.noise, args.seed)
+    clock = Clock(args.noise, args.seed, hiccups=args.hiccups, hiccup_s=args.hiccup_ms / 1000)
     target, draft = rec.curves(args.latency_ms, args.verify_slope, args.target_scale, args.draft_slope,
                                args.switch_ms)
     with virtual_time(clock):
@@ -135,6 +136,7 @@ def do_run(args) -> dict:
     rows = rep.rows()
     costs = f"{'costs of ' + Path(args.costs_from).name if args.costs_from else 'recorded costs'}" + \
         (f" + noise {args.noise:g}" if args.noise else "") + \
+        (f" + {args.hiccups:g} hold-ups a second of {args.hiccup_ms:g} ms (mean)" if args.hiccups else "") + \
         (f" + {args.latency_ms:g} ms a target decode" if args.latency_ms else "") + \
         (f" + {args.switch_ms:g} ms one of another shape" if args.switch_ms else "") + \
         (f", verify curve slope {args.verify_slope:g}" if args.verify_slope is not None else "") + \
@@ -180,6 +182,9 @@ def main() -> None:
     common.add_argument("--tune-seconds", type=float, default=90.0)
     common.add_argument("--noise", type=float, default=0.0)
     common.add_argument("--seed", type=int, default=0)
+    common.add_argument("--hiccups", type=float, default=0.0, help="hold-ups per second of decoding (another "
+                        "process's turn, a page fault), each an exponential delay of mean --hiccup-ms")
+    common.add_argument("--hiccup-ms", type=float, default=20.0)
     common.add_argument("--latency-ms", type=float, default=0.0)
     common.add_argument("--switch-ms", type=float, default=0.0, help="added to a target decode of another shape "
                         "(tokens, rows) than the last (over an rpc-server: the graph sent again)")

@@ -11,6 +11,9 @@
 #   bench/replay_matrix.sh latency REC NAME    a recording with 0, 0.5, 2 and 10 ms on every target decode
 #   bench/replay_matrix.sh noisy REC NAME      plain and the draft model with 0.5 and 2 ms on every target decode and
 #                                              noise 0.15, seeds 1-8 (where a real run over a link lost: chance decides)
+#   bench/replay_matrix.sh hiccups TAG         decodes held up now and then (--hiccups: 1 a second of 100 ms mean, 4 of 25
+#                                              ms), seeds 1-4: the main, held-out, Q4_K_M and SmolLM2 (+ 0.5 ms) sets,
+#                                              and the F16 pair and SmolLM2 over a link (+ 0.5 ms, 11 / 15 ms a switch)
 #   bench/replay_matrix.sh switch TAG          a link whose decodes of another shape cost more (the graph sent again:
 #                                              --switch-ms), SmolLM2 and the F16 pair, quiet and with noise seeds 1-4
 set -euo pipefail
@@ -81,5 +84,21 @@ case "${1:-}" in
           --modes plain,draft,lookup,hybrid
       done
     done ;;
-  *) echo "usage: $0 settings TAG | compute TAG | seeds TAG | fixedk TAG | fresh TAG | latency RECORDING NAME | noisy RECORDING NAME | switch TAG" >&2; exit 2 ;;
+  hiccups)
+    tag=${2:?a tag for this code}
+    for spec in "main memory --tune --skip 1" "held heldout-memory --costs-from bench/results/replay-memory.json" \
+                "compute compute --tune --skip 1" "smollm smollm-confidence --tune --skip 1 --latency-ms 0.5" \
+                "memory-switch memory --tune --skip 1 --latency-ms 0.5 --switch-ms 11" \
+                "smollm-switch smollm --tune --skip 1 --latency-ms 0.5 --switch-ms 15"; do
+      read -r name rec rest <<< "$spec"
+      for regime in "1 100" "4 25"; do
+        read -r rate ms <<< "$regime"
+        for seed in 1 2 3 4; do
+          # shellcheck disable=SC2086
+          run "$name-hiccups-$rate-$ms-seed$seed-$tag" "bench/results/replay-$rec.json" $rest --hiccups "$rate" \
+            --hiccup-ms "$ms" --seed "$seed" --modes plain,draft,lookup,hybrid
+        done
+      done
+    done ;;
+  *) echo "usage: $0 settings TAG | compute TAG | seeds TAG | fixedk TAG | fresh TAG | latency RECORDING NAME | noisy RECORDING NAME | switch TAG | hiccups TAG" >&2; exit 2 ;;
 esac

@@ -72,6 +72,8 @@ def trace(engine: Engine, strategies: Strategies, items, modes, max_tokens: int)
                 continue
             print("  ", " | ".join(f"{x.reason} {x.n_drafted}/{x.n_accepted} {1000 * x.seconds:.0f}"
                                    for x in result.stats.rounds))
+            for fallback in result.stats.fallbacks:  # why a part stopped drafting (the decision's numbers)
+                print(f"   round {fallback['round']}: {fallback['why']}")
             for part in parts(strategies.by_mode[mode]):
                 if isinstance(part, DraftModelProposer):
                     policy = engine.policy(part)

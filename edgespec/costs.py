@@ -17,6 +17,21 @@ from .way_back import WayBack
 # batch's load and the draft's luck change, and a part the rule turns plain again skips text it must read once more
 # later, so paying off over all the tokens a request has left is a promise that is seldom kept.
 CATCH_UP_HORIZON = 16
+HOLD_UP = 2.0  # a timing over this many times its running average counts as this many times it (running())
+
+
+def running(old: float | None, seconds: float, alpha: float = 0.2) -> float:
+    """A running average of timings, moved by a new one with weight alpha; a timing over HOLD_UP times the average
+    moves it as one of HOLD_UP times it would. A machine's timings have a tail of hold-ups (another process's turn,
+    a page fault: SmolLM2 steps of 17-20 ms, one in ten 30-72 ms, bench/results/trace-rpc-1gbit-wayback.log), and
+    one of them, taken whole, left a cost high for the next several timings, or for good where its price kept the
+    policy from trying that length again. A lasting change is still followed: each capped timing moves the average
+    alpha x (HOLD_UP - 1) higher."""
+    if old is None:
+        return seconds
+    if old > 0:
+        seconds = min(seconds, HOLD_UP * old)
+    return old + alpha * (seconds - old)
 
 
 @dataclass
@@ -41,17 +56,14 @@ class CostModel:
 
     # measurements -----------------------------------------------------------------------------------------
     def observe_verify(self, m: int, seconds: float) -> None:
-        old = self.verify_s.get(m)
-        self.verify_s[m] = seconds if old is None else old + self.alpha * (seconds - old)
+        self.verify_s[m] = running(self.verify_s.get(m), seconds, self.alpha)
 
     def observe_draft(self, n_drafted: int, seconds: float) -> None:
         # A draft round is not n equal steps (the first also catches up on the accepted text), so each length
         # keeps its own running time; the per-token figure covers lengths not tried yet.
         if n_drafted:
-            old = self.draft_round_s.get(n_drafted)
-            self.draft_round_s[n_drafted] = seconds if old is None else old + self.alpha * (seconds - old)
-            per = seconds / n_drafted
-            self.draft_s = per if self.draft_s is None else self.draft_s + self.alpha * (per - self.draft_s)
+            self.draft_round_s[n_drafted] = running(self.draft_round_s.get(n_drafted), seconds, self.alpha)
+            self.draft_s = running(self.draft_s, seconds / n_drafted, self.alpha)
 
     def forget(self, factor: float) -> None:
         """Weigh the acceptance seen so far by factor (a new text: the old one's evidence counts less)."""
@@ -207,6 +219,9 @@ class Outcomes:
             self.expected_s = self.spent_s = self.prior_rounds * expected_s
             self.expected_n = self.got_n = self.prior_rounds * expected_n
         d = self.decay
+        # a round held up counts as running() counts a timing: at most HOLD_UP times what rounds have taken so far
+        so_far = self.spent_s / self.expected_s if self.expected_s > 0 else 1.0
+        spent_s = min(spent_s, HOLD_UP * expected_s * max(1.0, so_far))
         self.expected_s, self.spent_s = d * self.expected_s + expected_s, d * self.spent_s + spent_s
         self.expected_n, self.got_n = d * self.expected_n + expected_n, d * self.got_n + got_n
         self.rounds += 1

@@ -20,6 +20,7 @@ from typing import Sequence
 from . import profile
 from .backend import Context
 from .chain import Chain, Link
+from .costs import HOLD_UP
 from .proposers import DraftModelProposer, GrammarProposer, PromptLookupProposer, Proposer
 from .tuning import CostModel, DraftLength
 
@@ -142,7 +143,10 @@ class Drafting:
         if rows > 1 or back.last == 1 or not over_link:
             self.cost.observe_verify(rows, seconds)
         if over_link:
-            back.decoded(rows, seconds - plain if rows == 1 and plain is not None else None)
+            extra = None
+            if rows == 1 and plain is not None:  # (a hold-up counts as costs.running() counts one)
+                extra = min(seconds, HOLD_UP * (plain + max(0.0, back.after(back.last)))) - plain
+            back.decoded(rows, extra)
 
     def decoded_other(self) -> None:
         """The target decoded something that was not a round (a prompt, the curve's timing)."""

@@ -107,11 +107,15 @@ class Clock:
     the seed, that key and how many times the key came before, so the same decode costs the same in every mode and
     under every version of the policies (common random numbers): two versions replayed with noise differ by what
     they decode, not by where each stands in one shared stream of draws (which moved a mode whose code had not
-    changed by 1-2%)."""
+    changed by 1-2%). `hiccups`: hold-ups per second of decoding (another process's turn, a page fault), each an
+    exponential delay of mean hiccup_s: a real machine's timings have such a tail (SmolLM2 steps of 17-20 ms, one
+    in ten 30-72 ms, bench/results/trace-rpc-1gbit-wayback.log), which a lognormal spread has not."""
 
-    def __init__(self, noise: float = 0.0, seed: int = 0, tick: float = 1e-6) -> None:
+    def __init__(self, noise: float = 0.0, seed: int = 0, tick: float = 1e-6, hiccups: float = 0.0,
+                 hiccup_s: float = 0.0) -> None:
         self.t = 0.0
         self.noise, self.tick, self.seed = noise, tick, seed
+        self.hiccups, self.hiccup_s = hiccups, hiccup_s  # hold-ups per second of decoding, and their mean
         self._rng = np.random.default_rng(seed)
         self._seen: dict[tuple, int] = {}
 
@@ -120,13 +124,18 @@ class Clock:
         return self.t
 
     def spend(self, seconds: float, key: tuple | None = None) -> float:
+        if key is not None and (self.noise > 0 or self.hiccups > 0):
+            # the n-th decode of its kind draws anew (a timing repeated is not the same timing)
+            key = (*key, self._seen.setdefault(key, -1) + 1)
+            self._seen[key[:-1]] = key[-1]
         if self.noise > 0:
-            if key is None:
-                z = self._rng.standard_normal()
-            else:  # the n-th decode of its kind draws anew (a timing repeated is not the same timing)
-                n = self._seen[key] = self._seen.get(key, -1) + 1
-                z = _normal(self.seed, (*key, n))
+            z = self._rng.standard_normal() if key is None else _normal(self.seed, key)
             seconds *= math.exp(self.noise * z - self.noise ** 2 / 2)
+        if self.hiccups > 0:  # a hold-up: another process's turn, a page fault (exponential, mean hiccup_s)
+            u = self._rng.random() if key is None else _NORMAL.cdf(_normal(self.seed, ("hiccup", *key)))
+            p = -math.expm1(-self.hiccups * seconds)  # (hold-ups come at a rate in time: a longer decode meets more)
+            if u < p:
+                seconds += -self.hiccup_s * math.log(u / p)  # (given u < p, u / p is uniform)
         self.t += seconds
         return seconds
 

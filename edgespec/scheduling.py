@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .costs import CATCH_UP_HORIZON as HORIZON  # (a catch-up must pay for itself within this many steps)
+from .costs import running  # (its running averages of timings, a hold-up capped)
 from .tuning import CostModel
 
 WARM_UP_ROUNDS, WARM_UP_K, PROBE_K = 3, 4, 2
@@ -48,11 +49,11 @@ class StepPlanner:
 
     # measurements -----------------------------------------------------------------------------------------
     def observe_draft_step(self, seconds: float) -> None:
-        self.draft_step_s = _ema(self.draft_step_s, seconds)
+        self.draft_step_s = running(self.draft_step_s, seconds)
 
     def observe_catch_up(self, tokens: int, seconds: float) -> None:
         if tokens >= 16:  # short catch-ups are draft steps in all but name
-            self.draft_token_s = _ema(self.draft_token_s, seconds / tokens)
+            self.draft_token_s = running(self.draft_token_s, seconds / tokens)
 
     def observe_step(self, seconds: float) -> None:
         self._seconds += seconds
@@ -138,6 +139,3 @@ class StepPlanner:
     def _catch_up(self, o: Option) -> float:
         return o.behind * (self.draft_token_s or 0.0) if o.kind == "draft" else 0.0
 
-
-def _ema(old: float | None, new: float, alpha: float = 0.2) -> float:
-    return new if old is None else old + alpha * (new - old)

@@ -38,13 +38,17 @@ class WayBack:
                 self.observe(before, extra)
             self.ends += self.alpha * ((rows == 1) - self.ends)
 
+    def after(self, m: int) -> float:
+        """The way back from m rows as timed (interpolated between the sizes timed; 0 where none was)."""
+        return _between(self.seconds, m) if self.seconds else 0.0
+
     def price(self, m: int) -> float:
         """What a decode of m rows costs now beside its own timing."""
         if not self.seconds:
             return 0.0
         if self.last > 1:
-            return _between(self.seconds, self.last) if m == 1 else 0.0
-        return self.ends * _between(self.seconds, m) if m > 1 else 0.0
+            return self.after(self.last) if m == 1 else 0.0
+        return self.ends * self.after(m) if m > 1 else 0.0
 
 
 def _between(table: dict[int, float], x: int) -> float:

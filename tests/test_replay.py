@@ -5,6 +5,7 @@ models would, charges each decode what the curve says and nothing else, is repea
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 
@@ -142,6 +143,27 @@ def test_a_decode_costs_the_same_whatever_ran_before_it():
     assert Clock(0.2, seed=4).spend(1.0, same) != Clock(0.2, seed=3).spend(1.0, same)
     draws = [Clock(0.2, seed=s).spend(1.0, same) for s in range(400)]
     assert abs(sum(draws) / len(draws) - 1.0) < 0.05  # the lognormal's mean is the cost
+
+
+def test_hold_ups_come_at_a_rate_in_time_and_cost_the_same_in_every_version():
+    """--hiccups R --hiccup-ms H: a decode is held up with the chance that a hold-up comes at R a second during it
+    (a longer decode meets more), by an exponential delay of mean H; drawn, as the noise is, from the seed and the
+    decode, so two versions of the policies meet the same hold-ups on the same decodes."""
+    quiet = Clock(0.0, seed=5)
+    assert quiet.spend(0.07, ("target", 0, 1, 1, 3)) == 0.07
+    long_, short = ("target", 9, 5, 5, 1), ("draft", 9, 1, 1, 2)
+    held = [Clock(0.0, seed=s, hiccups=2.0, hiccup_s=0.1) for s in range(2000)]
+    extra_long = [c.spend(0.2, long_) - 0.2 for c in held]
+    extra_short = [c.spend(0.02, short) - 0.02 for c in held]
+    p_long, p_short = 1 - math.exp(-2.0 * 0.2), 1 - math.exp(-2.0 * 0.02)
+    assert sum(x > 0 for x in extra_long) / 2000 == pytest.approx(p_long, abs=0.03)
+    assert sum(x > 0 for x in extra_short) / 2000 == pytest.approx(p_short, abs=0.015)
+    assert sum(extra_long) / sum(x > 0 for x in extra_long) == pytest.approx(0.1, rel=0.15)  # the mean hold-up
+    assert Clock(0.1, seed=7, hiccups=2.0, hiccup_s=0.1).spend(0.2, long_) == \
+        Clock(0.1, seed=7, hiccups=2.0, hiccup_s=0.1).spend(0.2, long_)
+    # the lognormal's draws are those of a clock without hold-ups (noisy replays stay as they were)
+    with_, without = Clock(0.2, seed=3, hiccups=0.001, hiccup_s=0.1), Clock(0.2, seed=3)
+    assert [with_.spend(1e-6, long_) for _ in range(3)] == [without.spend(1e-6, long_) for _ in range(3)]
 
 
 def test_it_leaves_the_clock_and_the_users_profiles_alone(recording, tmp_path, monkeypatch):

@@ -995,3 +995,40 @@ def test_a_probe_that_must_first_read_more_than_the_tokens_left_can_repay_waits_
     assert chain._probe_too_dear(link, [], 4000)
     link.part.n, link.part.read_s = 20, None  # a reading not timed yet: only the limit holds
     assert not chain._probe_too_dear(link, [], 24)
+
+
+def test_a_held_up_timing_moves_a_running_cost_as_one_of_twice_the_cost_would():
+    """A machine's timings have a tail of hold-ups (another process's turn, a page fault: SmolLM2 steps of 17-20 ms,
+    one in ten 30-72 ms over a proxied link). One of them, taken whole, left a cost high for the timings after it
+    (or for good, where its price kept the policy from drafting that length again). A timing over HOLD_UP times the
+    running average moves it as one of HOLD_UP times it would; a lasting change is still followed, and a faster
+    timing counts whole. Replayed with hold-ups, `bench/replay_matrix.sh hiccups`; without them nothing changes."""
+    from edgespec.costs import HOLD_UP, Outcomes, running
+    from edgespec.drafting import Drafting
+
+    assert HOLD_UP == 2.0
+    assert running(None, 0.5) == 0.5
+    assert running(0.010, 0.200) == pytest.approx(0.010 + 0.2 * 0.010)  # a 20x hold-up: as a 2x timing
+    assert running(0.010, 0.004) == pytest.approx(0.010 - 0.2 * 0.006)  # faster: whole
+    t = 0.010
+    for _ in range(20):  # the machine got 3x slower and stays so: followed, capped only at first
+        t = running(t, 0.030)
+    assert t == pytest.approx(0.030, rel=0.03)
+    c = CostModel(verify_s={1: 0.010}, draft_round_s={2: 0.020}, draft_s=0.010)
+    c.observe_verify(1, 0.500)
+    c.observe_draft(2, 1.0)
+    assert c.verify_s[1] == pytest.approx(0.012) and c.draft_round_s[2] == pytest.approx(0.024)
+    assert c.draft_s == pytest.approx(0.012)
+    # a drafted round that took 10x what was expected counts as one of 2x what rounds have taken so far
+    o = Outcomes()
+    o.observe(1.0, 2.0, 1.0, 2)
+    o.observe(1.0, 2.0, 10.0, 2)
+    assert o.time_factor() == pytest.approx((0.95 * 4.8 + 2) / (0.95 * 4.8 + 1))  # (4 prior rounds, faded once)
+    # over a link, a plain step held up after a verify: its way back counts as a timing of 2x (a step and the
+    # way back known) would
+    drafting = Drafting(4, True, CostModel(verify_s={1: 0.010}))
+    back = drafting.cost.back
+    back.observe(5, 0.004)
+    drafting.decoded(5, 0.030, True)
+    drafting.decoded(1, 0.300, True)
+    assert back.seconds[5] == pytest.approx(0.004 + 0.2 * (2 * (0.010 + 0.004) - 0.010 - 0.004))

@@ -7,6 +7,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..backend import Context
+from ..costs import running
 from ..sampling import SamplingConfig, probabilities, sample
 from ..tree import without
 from . import Proposal
@@ -69,7 +70,7 @@ class DraftModelProposer:
             step = self._steps[0]
             self.catch_up_s = max(0.0, first_s - step) if step is not None else first_s * behind / (behind + 1)
             per = self.catch_up_s / behind
-            self.read_s = per if self.read_s is None else self.read_s + 0.2 * (per - self.read_s)
+            self.read_s = running(self.read_s, per)
         last_s = first_s - self.catch_up_s  # the decode that gave the logits at hand
         tokens: list[int] = []
         qs: list[np.ndarray] = []
@@ -160,7 +161,7 @@ class DraftModelProposer:
         and what a branch adds to it (extra_row_s, self.branch_s for this round), so a policy prices the chain's
         drafting without it."""
         i = int(pair)
-        self._steps[i] = seconds if self._steps[i] is None else self._steps[i] + 0.2 * (seconds - self._steps[i])
+        self._steps[i] = running(self._steps[i], seconds)
         if pair and self.extra_row_s is not None:
             self.branch_s += self.extra_row_s
 
