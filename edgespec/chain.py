@@ -311,7 +311,9 @@ class Chain(ChainTrees):
         behind = _behind(link.part, seq)
         if behind > CATCH_UP_LIMIT:
             return True
-        read_s, plain = getattr(link.part, "read_s", None) or 0.0, link.policy.cost.t_verify(1)
+        # (a plain step as the curve has it: over a link t_verify(1) right after a verify adds the way back, which
+        # the tokens left pay once, not each)
+        read_s, plain = getattr(link.part, "read_s", None) or 0.0, link.policy.cost.verify_s.get(1)
         return bool(plain) and behind * read_s > PROBE_READ_SHARE * cap * plain
 
     def _measures(self, link: Link, decision: Decision) -> bool:

@@ -995,6 +995,13 @@ def test_a_probe_that_must_first_read_more_than_the_tokens_left_can_repay_waits_
     assert chain._probe_too_dear(link, [], 4000)
     link.part.n, link.part.read_s = 20, None  # a reading not timed yet: only the limit holds
     assert not chain._probe_too_dear(link, [], 24)
+    # over a link, right after a verify: the tokens left are priced at a plain step, not a step plus the way back
+    # (which only the first of them pays)
+    link.part.read_s = 0.008
+    policy.cost.back.observe(5, 0.200)
+    policy.cost.back.decoded(5, None)
+    assert policy.cost.t_verify(1) == pytest.approx(0.270)
+    assert chain._probe_too_dear(link, [], 24) and not chain._probe_too_dear(link, [], 64)
 
 
 def test_a_held_up_timing_moves_a_running_cost_as_one_of_twice_the_cost_would():
