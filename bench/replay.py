@@ -212,6 +212,10 @@ def main() -> None:
     t.add_argument("--modes", default="plain,draft,lookup,hybrid")
     t.set_defaults(func=do_trace)
     args = ap.parse_args()
+    negative = [f"--{k.replace('_', '-')}" for k in ("noise", "hiccups", "hiccup_ms", "latency_ms", "switch_ms")
+                if getattr(args, k, 0.0) < 0]
+    if negative:
+        ap.error(f"{', '.join(negative)} must be 0 or more")
     t0 = time.time()
     try:
         args.func(args)

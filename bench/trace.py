@@ -35,6 +35,8 @@ def main() -> None:
                     "(Mbit/s; 0: as fast as loopback)")
     ap.add_argument("--calibrations", type=int, default=1, help="time the verify curve this many times first")
     a = ap.parse_args()
+    if (a.delay_ms or 0.0) < 0 or a.mbit < 0:
+        ap.error("--delay-ms and --mbit must be 0 or more")
     rpc = [x for x in a.rpc.split(",") if x]
     if a.delay_ms is not None:
         from rpc import DelayProxy
