@@ -14,11 +14,12 @@ measurement (on the first prompt of each category, as the real one does) so the 
 the policies' estimates should be robust to it), drawn for that decode alone (the same decode costs the same in
 every mode and in every version of the code, so two versions differ where they decode differently),
 `--hiccups R` holds decodes up R times a second of decoding, each by an exponential delay of mean `--hiccup-ms H` (a
-real machine's tail of slow timings, which the lognormal has not), `--latency-ms L` adds L to every target decode (a target over rpc-servers), `--switch-ms W` W more to one whose shape
-(tokens, rows) is not the last one's (its graph sent to the server again), `--verify-slope S` replaces the
-target's verify curve by T(1) x (1 + S(m - 1)) (S near 0: a memory-bound GPU or laptop), `--draft-slope S` does the
-same to the draft's decodes of several tokens (its reading of what it skipped: on such a machine the draft is
-memory-bound too, where on this CPU it reads 8 tokens for 3.7 of its steps), `--target-scale X` makes
+real machine's tail of slow timings, which the lognormal has not), `--latency-ms L` adds L to every target decode (a
+target over rpc-servers), `--switch-ms W` W more to one whose shape (tokens, rows) is not the last one's (its graph
+sent to the server again), `--verify-slope S` replaces the target's verify curve by T(1) x (1 + S(m - 1)) (S near
+0: a memory-bound GPU or laptop), `--draft-slope S` does the same to the draft's decodes of several tokens (its
+reading of what it skipped: on such a machine the draft is memory-bound too, where on this CPU it reads 8 tokens for
+3.7 of its steps), `--target-scale X` makes
 every target decode X times dearer against the same draft (this machine's F16 target has slow, memory-bound spells:
 96 ms a step with T(5) = 1.5 T(1), against 70 ms and 2.1),
 `--costs-from R` takes another recording's costs. Times are virtual seconds: every figure is exact for the costs

@@ -135,7 +135,7 @@ class Clock:
             u = self._rng.random() if key is None else _NORMAL.cdf(_normal(self.seed, ("hiccup", *key)))
             p = -math.expm1(-self.hiccups * seconds)  # (hold-ups come at a rate in time: a longer decode meets more)
             if u < p:
-                seconds += -self.hiccup_s * math.log(u / p)  # (given u < p, u / p is uniform)
+                seconds += -self.hiccup_s * math.log(max(u, 1e-300) / p)  # (given u < p, u / p is uniform)
         self.t += seconds
         return seconds
 
