@@ -338,10 +338,16 @@ def summary(runs: dict[str, list[dict]], net: dict, modes: list[str]) -> None:
     a round that crosses it once, each plain step once."""
     import statistics
 
+    from edgespec.benchmark import speedup_interval
+
     def speedups(name: str, mode: str, category: str = "overall") -> list[float]:
         return [run["rows"][mode][category]["speedup"] for run in runs[name]]
 
-    print(f"\n{'setting':<11}{'plain ms/tok':>13}{'net/decode':>12}" + "".join(f"  {m:<40}" for m in modes))
+    def interval(name: str, mode: str) -> list[float] | None:  # (runs saved before intervals: None)
+        items = [[x for run in runs[name] for x in run["rows"][m]["overall"].get("items", [])] for m in ("plain", mode)]
+        return speedup_interval(*items) if all(items) else None
+
+    print(f"\n{'setting':<11}{'plain ms/tok':>13}{'net/decode':>12}" + "".join(f"  {m:<52}" for m in modes))
     for name in runs:
         plain = statistics.median(run["rows"]["plain"]["overall"]["ms_per_token"] for run in runs[name])
         add = "-" if name == "local" else f"{1000 * (net[name]['1'] - net['local']['1']):.1f} ms"
@@ -350,11 +356,14 @@ def summary(runs: dict[str, list[dict]], net: dict, modes: list[str]) -> None:
             each = speedups(name, m)
             cats = [c for c in runs[name][0]["rows"][m] if c != "overall"]
             low = min(cats, key=lambda c: statistics.median(speedups(name, m, c)))
-            cells.append(f"{statistics.median(each):.2f}x ({' '.join(f'{x:.2f}' for x in each)}; "
+            span = interval(name, m)
+            cells.append(f"{statistics.median(each):.2f}x " + (f"[{span[0]:.2f}-{span[1]:.2f}] " if span else "")
+                         + f"({' '.join(f'{x:.2f}' for x in each)}; "
                          f"low {statistics.median(speedups(name, m, low)):.2f} {low})")
-        print(f"{name:<11}{plain:>13.1f}{add:>12}" + "".join(f"  {c:<40}" for c in cells))
-    print("(speed-up over plain in the same process: the median over rounds, each round's, and the category lowest "
-          "by its median; net/decode: a one-row decode over the proxy less one here)")
+        print(f"{name:<11}{plain:>13.1f}{add:>12}" + "".join(f"  {c:<52}" for c in cells))
+    print("(speed-up over plain in the same process: the median over rounds, [its 95% interval with the prompts drawn "
+          "again, the rounds as repeats], each round's, and the category lowest by its median; net/decode: a one-row "
+          "decode over the proxy less one here)")
     if "local" not in runs:
         return
     # Each plain step pays the link's cost once, and so does each round, which yields E tokens: with the local run's

@@ -2,7 +2,8 @@
 
 Modes run interleaved prompt by prompt (the order rotating), each from cold caches (so time to first token and
 end-to-end speed include the prompt), for a number of repeats. Per mode and category: ms/token as sum(time) /
-sum(tokens), speedup over plain measured in the same run (the median over repeats of each repeat's ratio), acceptance
+sum(tokens), speedup over plain measured in the same run (the median over repeats of each repeat's ratio) and its
+95% interval over prompts (a paired bootstrap: how far it could move on other prompts of the kind), acceptance
 by draft position, mean accepted length, time per phase, Python's share, time to first token, end-to-end tokens per
 second; greedy outputs are compared with plain's. Numbers, not verdicts; report.py renders them.
 """
@@ -18,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+import numpy as np
+
 from .drafting import parts
 from .engine import Engine
 from .errors import EdgespecError, InvalidArgument
@@ -27,6 +30,8 @@ from .stats import PHASES
 WORKLOADS = Path(__file__).with_name("workloads.json")
 MODE_NAMES = ("plain", "draft", "lookup", "hybrid")
 MAX_TREE_WIDTH = 4  # MODE@W: verification trees of up to W branches (the context is made for them where asked)
+INTERVAL_LEVEL, RESAMPLES = 0.95, 2000  # the speedup's interval: its share, and how many times prompts are redrawn
+MIN_PROMPTS = 5  # ... given at least this many prompts
 
 
 @dataclass(frozen=True)
@@ -150,11 +155,13 @@ class Tally:
     accepted_at: list = field(default_factory=list)
     tested_at: list = field(default_factory=list)
     ttft_s: list = field(default_factory=list)
+    items: list = field(default_factory=list)  # (generation seconds, tokens) of each prompt, in the order measured
 
     def add(self, result, wall_s: float, ttft_s: float, same: bool) -> None:
         st = result.stats
         self.s += st.generation_s
         self.n += st.n_tokens
+        self.items.append((st.generation_s, st.n_tokens))
         self.rounds += st.n_rounds
         self.tree_rounds += sum(n for why, n in st.rounds_by_reason.items() if "tree" in why.split("+"))
         self.branch_rounds += sum(n for why, n in st.rounds_by_reason.items() if "branch" in why.split("+"))
@@ -219,6 +226,8 @@ def _figures(ts: list[Tally], plains: list[Tally]) -> dict:
     return {
         "prompts": all_.prompts, "same_as_plain": all_.same, "ms_per_token": 1000 * all_.s / all_.n,
         "speedup": statistics.median(speedups), "speedup_by_repeat": speedups,
+        "speedup_interval": speedup_interval([p.items for p in plains], [t.items for t in ts]),
+        "items": [t.items for t in ts],  # per repeat: (seconds, tokens) of each prompt (intervals over runs)
         "acceptance": all_.accepted / all_.drafted if all_.drafted else None,
         "acceptance_by_position": [a / d for a, d in zip(all_.accepted_at, all_.drafted_at) if d],
         "drafted_by_position": all_.drafted_at, "accepted_by_position": all_.accepted_at,
@@ -229,6 +238,33 @@ def _figures(ts: list[Tally], plains: list[Tally]) -> dict:
         "python_share": 1 - all_.llama_s / all_.s if all_.s else 0.0,
         "ttft_ms": 1000 * statistics.median(all_.ttft_s), "end_to_end_tok_s": all_.n / all_.wall_s,
     }
+
+
+def speedup_interval(plain: Sequence[Sequence[tuple[float, int]]], mode: Sequence[Sequence[tuple[float, int]]],
+                     level: float = INTERVAL_LEVEL, resamples: int = RESAMPLES, seed: int = 0) -> list[float] | None:
+    """How far the speedup could move were other prompts of the same kind measured: a paired bootstrap over prompts.
+    plain, mode: per repeat, (generation seconds, tokens) of each prompt, the same prompts in the same order. Each
+    resample draws the prompts again with replacement (prompt i in every repeat together) and takes the speedup as
+    the figures do (each repeat's plain ms/token over the mode's on those prompts, the median over repeats); returns
+    the central `level` share of the resampled speedups as [low, high], or None with fewer than MIN_PROMPTS prompts
+    (a category of two prompts has no interval worth the name). Seeded: the same figures give the same interval.
+    It shows the spread between prompts, which on one machine is most of the noise (the same prompt's speedup also
+    moves between repeats: that spread enters through the median over repeats)."""
+    n = min((len(x) for x in [*plain, *mode]), default=0)
+    if n < MIN_PROMPTS or len(plain) != len(mode):
+        return None
+    pick = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
+    ratios = []
+    for p, m in zip(plain, mode):
+        p, m = np.asarray(p[:n], dtype=float), np.asarray(m[:n], dtype=float)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratios.append((p[:, 0][pick].sum(1) / p[:, 1][pick].sum(1)) / (m[:, 0][pick].sum(1) / m[:, 1][pick].sum(1)))
+    speedups = np.median(np.stack(ratios), axis=0)
+    speedups = speedups[np.isfinite(speedups)]
+    if not len(speedups):
+        return None
+    tail = (1 - level) / 2
+    return [float(x) for x in np.quantile(speedups, [tail, 1 - tail])]
 
 
 def draft_of(engine: Engine) -> DraftModelProposer | None:

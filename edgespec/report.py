@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from .benchmark import Report
+from .benchmark import Report, speedup_interval
 from .stats import PHASES
 
 
@@ -22,6 +22,7 @@ def tables(report: Report, rows: dict) -> str:
         cells = [(f"{rows[m][c]['ms_per_token']:.1f}ms" if m == "plain" else f"{rows[m][c]['speedup']:.2f}x")
                  if c in rows[m] else "-" for m in modes]
         out.append(f"{c:<15}" + "".join(f"{x:>{width}}" for x in cells))
+    out += _intervals(rows)
     out += ["", "overall, per mode",
             f"{'mode':<10}{'ms/tok':>8}{'speedup':>8}{'same':>7}{'accept':>7}{'acc/rnd':>8}{'tok/rnd':>8}"
             + "".join(f"{p[:6]:>8}" for p in PHASES) + f"{'py':>6}{'TTFT':>8}{'e2e t/s':>8}  acceptance by position"]
@@ -54,24 +55,39 @@ def tables(report: Report, rows: dict) -> str:
     return "\n".join(out)
 
 
+def _intervals(rows: dict) -> list[str]:
+    """The overall speedup's 95% interval per mode, where there were enough prompts (benchmark.speedup_interval)."""
+    cells = [f"{m} {r['overall']['speedup_interval'][0]:.2f}-{r['overall']['speedup_interval'][1]:.2f}x"
+             for m, r in rows.items() if m != "plain" and (r.get("overall") or {}).get("speedup_interval")]
+    return [f"overall, 95% interval with the prompts drawn again (paired bootstrap): {', '.join(cells)}"] if cells \
+        else []
+
+
 def _against_parts(rows: dict, cats: list[str]) -> list[str]:
-    """Per category: the adaptive draft model over its best fixed K, and the hybrid over the better of its parts."""
+    """Per category: the adaptive draft model over its best fixed K, and the hybrid over the better of its parts,
+    each with its 95% interval over prompts where the run kept them (benchmark.speedup_interval, of the adaptive
+    mode's speed against that part's)."""
     fixed = [m for m in rows if m.startswith("draft:")]
     columns = {}
     if "draft" in rows and fixed:
-        columns["draft / best draft:K"] = lambda c: (rows["draft"][c]["speedup"],
-                                                     max(rows[m][c]["speedup"] for m in fixed))
+        columns["draft / best draft:K"] = ("draft", fixed)
     if {"hybrid", "draft", "lookup"} <= set(rows):
-        columns["hybrid / better of draft, lookup"] = lambda c: (rows["hybrid"][c]["speedup"],
-                                                                 max(rows["draft"][c]["speedup"],
-                                                                     rows["lookup"][c]["speedup"]))
+        columns["hybrid / better of draft, lookup"] = ("hybrid", ["draft", "lookup"])
     if not columns:
         return []
-    out = ["", "adaptive against its parts (a ratio of speedups; >= 1.00: at least as fast)",
-           f"{'category':<15}" + "".join(f"{name:>34}" for name in columns)]
+
+    def cell(c: str, mode: str, parts: list[str]) -> str:
+        best = max(parts, key=lambda m: rows[m][c]["speedup"])
+        text = f"{rows[mode][c]['speedup'] / rows[best][c]['speedup']:.2f}"
+        mine, theirs = rows[mode][c].get("items"), rows[best][c].get("items")
+        span = speedup_interval(theirs, mine) if mine and theirs else None
+        return text + (f" [{span[0]:.2f}-{span[1]:.2f}]" if span else "")
+
+    out = ["", "adaptive against its parts (a ratio of speedups; >= 1.00: at least as fast; [its 95% interval over "
+           "prompts])", f"{'category':<15}" + "".join(f"{name:>34}" for name in columns)]
     for c in cats:
         if all(c in r for r in rows.values()):
-            out.append(f"{c:<15}" + "".join(f"{a / b:>34.2f}" for a, b in (f(c) for f in columns.values())))
+            out.append(f"{c:<15}" + "".join(f"{cell(c, *how):>34}" for how in columns.values()))
     return out
 
 

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 import edgespec
-from edgespec import autotune, benchmark, profile
+from edgespec import autotune, benchmark, profile, report
 from edgespec.errors import InvalidArgument
 from edgespec.tuning import CostModel, DraftLength
 
@@ -169,6 +169,33 @@ def test_bench_refuses_bad_input_in_one_line(tiny_pair, tmp_path):
         bad.write_text(text)
         r = run("bench", "--from-json", bad)
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and "not a file" in r.stderr, (text, r.stderr)
+
+
+def test_the_speedup_comes_with_its_interval_over_prompts():
+    """A paired bootstrap over prompts: where every prompt says the same the interval is that point, a spread of
+    prompts widens it around the figure, the same figures give the same interval, and too few prompts give none."""
+    plain = [[(1.0, 10)] * 8]  # one repeat, 8 prompts of 10 tokens in 1 s each
+    assert benchmark.speedup_interval(plain, [[(0.5, 10)] * 8]) == pytest.approx([2.0, 2.0])
+    mode = [[(t, 10) for t in (0.5, 0.6, 0.8, 1.0, 1.1, 0.7, 0.9, 1.3)]]
+    low, high = benchmark.speedup_interval(plain, mode)
+    point = (8 / 80) / (sum(t for t, _ in mode[0]) / 80)  # plain ms/token over the mode's
+    assert low < point < high and high - low > 0.2
+    assert benchmark.speedup_interval(plain, mode) == [low, high]  # seeded
+    # repeats: each resample takes the median over repeats, of the same prompts drawn in every repeat
+    assert benchmark.speedup_interval(plain * 3, [[(0.5, 10)] * 8] * 2 + mode) == pytest.approx([2.0, 2.0])
+    assert benchmark.speedup_interval([[(1.0, 10)] * 4], [[(0.5, 10)] * 4]) is None  # 4 prompts: no interval
+    tally, plain_tally = benchmark.Tally(), benchmark.Tally()
+    for tal, items in ((tally, mode[0]), (plain_tally, plain[0])):
+        for t, n in items:
+            tal.items.append((t, n))
+            tal.s, tal.n, tal.wall_s, tal.rounds = tal.s + t, tal.n + n, tal.wall_s + t, tal.rounds + n
+            tal.ttft_s.append(0.1)
+    figures = benchmark._figures([tally], [plain_tally])
+    assert figures["speedup_interval"] == [low, high] and figures["items"] == mode
+    line = [x for x in report._intervals({"plain": {"overall": {}}, "lookup": {"overall": figures}})]
+    assert line == [f"overall, 95% interval with the prompts drawn again (paired bootstrap): lookup {low:.2f}-"
+                    f"{high:.2f}x"]
+    assert report._intervals({"lookup": {"overall": {"speedup_interval": None}}}) == []  # (and a saved run without)
 
 
 def test_choice_is_the_lowest_measured_cost():
