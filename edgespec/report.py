@@ -83,12 +83,11 @@ def _against_parts(rows: dict, cats: list[str]) -> list[str]:
         span = speedup_interval(theirs, mine) if mine and theirs else None
         return text + (f" [{span[0]:.2f}-{span[1]:.2f}]" if span else "")
 
-    out = ["", "adaptive against its parts (a ratio of speedups; >= 1.00: at least as fast; [its 95% interval over "
-           "prompts])", f"{'category':<15}" + "".join(f"{name:>34}" for name in columns)]
-    for c in cats:
-        if all(c in r for r in rows.values()):
-            out.append(f"{c:<15}" + "".join(f"{cell(c, *how):>34}" for how in columns.values()))
-    return out
+    lines = [f"{c:<15}" + "".join(f"{cell(c, *how):>34}" for how in columns.values())
+             for c in cats if all(c in r for r in rows.values())]
+    spans = "; [its 95% interval over prompts]" if any("[" in line for line in lines) else ""  # (a run saved before)
+    return ["", f"adaptive against its parts (a ratio of speedups; >= 1.00: at least as fast{spans})",
+            f"{'category':<15}" + "".join(f"{name:>34}" for name in columns), *lines]
 
 
 def provenance(command: str | None = None) -> dict:

@@ -196,6 +196,15 @@ def test_the_speedup_comes_with_its_interval_over_prompts():
     assert line == [f"overall, 95% interval with the prompts drawn again (paired bootstrap): lookup {low:.2f}-"
                     f"{high:.2f}x"]
     assert report._intervals({"lookup": {"overall": {"speedup_interval": None}}}) == []  # (and a saved run without)
+    # the hybrid against the better of its parts, with the interval of its speed against that part's where kept
+    rows = {m: {"writing": {"speedup": x}} for m, x in (("draft", 1.25), ("lookup", 1.0), ("hybrid", 1.0))}
+    saved = report._against_parts(rows, ["writing"])  # a run saved before intervals
+    assert "interval" not in saved[1] and saved[-1].split() == ["writing", "0.80"]
+    for m, t in (("draft", 0.4), ("hybrid", 0.5)):
+        rows[m]["writing"]["items"] = [[(t, 10)] * 6]
+    rows["lookup"]["writing"]["items"] = [[(0.5, 10)] * 6]
+    kept = report._against_parts(rows, ["writing"])
+    assert "[its 95% interval over prompts]" in kept[1] and kept[-1].split() == ["writing", "0.80", "[0.80-0.80]"]
 
 
 def test_choice_is_the_lowest_measured_cost():
