@@ -338,7 +338,7 @@ def summary(runs: dict[str, list[dict]], net: dict, modes: list[str]) -> None:
     a round that crosses it once, each plain step once."""
     import statistics
 
-    from edgespec.benchmark import speedup_interval
+    from edgespec.intervals import speedup_interval
 
     def speedups(name: str, mode: str, category: str = "overall") -> list[float]:
         return [run["rows"][mode][category]["speedup"] for run in runs[name]]

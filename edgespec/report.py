@@ -8,7 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-from .benchmark import Report, speedup_interval
+from .benchmark import Report
+from .intervals import speedup_interval
 from .stats import PHASES
 
 
@@ -56,7 +57,7 @@ def tables(report: Report, rows: dict) -> str:
 
 
 def _intervals(rows: dict) -> list[str]:
-    """The overall speedup's 95% interval per mode, where there were enough prompts (benchmark.speedup_interval)."""
+    """The overall speedup's 95% interval per mode, where there were enough prompts (intervals.speedup_interval)."""
     cells = [f"{m} {r['overall']['speedup_interval'][0]:.2f}-{r['overall']['speedup_interval'][1]:.2f}x"
              for m, r in rows.items() if m != "plain" and (r.get("overall") or {}).get("speedup_interval")]
     return [f"overall, 95% interval with the prompts drawn again (paired bootstrap): {', '.join(cells)}"] if cells \
@@ -65,7 +66,7 @@ def _intervals(rows: dict) -> list[str]:
 
 def _against_parts(rows: dict, cats: list[str]) -> list[str]:
     """Per category: the adaptive draft model over its best fixed K, and the hybrid over the better of its parts,
-    each with its 95% interval over prompts where the run kept them (benchmark.speedup_interval, of the adaptive
+    each with its 95% interval over prompts where the run kept them (intervals.speedup_interval, of the adaptive
     mode's speed against that part's)."""
     fixed = [m for m in rows if m.startswith("draft:")]
     columns = {}

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 import edgespec
-from edgespec import autotune, benchmark, profile, report
+from edgespec import autotune, benchmark, intervals, profile, report
 from edgespec.errors import InvalidArgument
 from edgespec.tuning import CostModel, DraftLength
 
@@ -175,15 +175,15 @@ def test_the_speedup_comes_with_its_interval_over_prompts():
     """A paired bootstrap over prompts: where every prompt says the same the interval is that point, a spread of
     prompts widens it around the figure, the same figures give the same interval, and too few prompts give none."""
     plain = [[(1.0, 10)] * 8]  # one repeat, 8 prompts of 10 tokens in 1 s each
-    assert benchmark.speedup_interval(plain, [[(0.5, 10)] * 8]) == pytest.approx([2.0, 2.0])
+    assert intervals.speedup_interval(plain, [[(0.5, 10)] * 8]) == pytest.approx([2.0, 2.0])
     mode = [[(t, 10) for t in (0.5, 0.6, 0.8, 1.0, 1.1, 0.7, 0.9, 1.3)]]
-    low, high = benchmark.speedup_interval(plain, mode)
+    low, high = intervals.speedup_interval(plain, mode)
     point = (8 / 80) / (sum(t for t, _ in mode[0]) / 80)  # plain ms/token over the mode's
     assert low < point < high and high - low > 0.2
-    assert benchmark.speedup_interval(plain, mode) == [low, high]  # seeded
+    assert intervals.speedup_interval(plain, mode) == [low, high]  # seeded
     # repeats: each resample takes the median over repeats, of the same prompts drawn in every repeat
-    assert benchmark.speedup_interval(plain * 3, [[(0.5, 10)] * 8] * 2 + mode) == pytest.approx([2.0, 2.0])
-    assert benchmark.speedup_interval([[(1.0, 10)] * 4], [[(0.5, 10)] * 4]) is None  # 4 prompts: no interval
+    assert intervals.speedup_interval(plain * 3, [[(0.5, 10)] * 8] * 2 + mode) == pytest.approx([2.0, 2.0])
+    assert intervals.speedup_interval([[(1.0, 10)] * 4], [[(0.5, 10)] * 4]) is None  # 4 prompts: no interval
     tally, plain_tally = benchmark.Tally(), benchmark.Tally()
     for tal, items in ((tally, mode[0]), (plain_tally, plain[0])):
         for t, n in items:
