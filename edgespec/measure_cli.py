@@ -168,7 +168,7 @@ def _show_saved(path: str, plot_path: str | None) -> None:
         tables = report.tables(rep, rows)  # (before anything is shown: a record missing a figure is refused whole)
     except OSError as e:
         raise InvalidArgument(f"--from-json: cannot read {path}: {e.strerror or e}") from None
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError):  # (IndexError: items not (s, n) pairs)
         raise InvalidArgument(f"--from-json: {path} is not a file `edgespec bench --json` wrote") from None
     click.echo(f"{head} (saved {data.get('date', '?')} by `{data.get('command', '?')}`)")
     click.echo(tables)

@@ -102,6 +102,12 @@ def test_bench_command_on_the_tiny_pair(tiny_pair, tmp_path):
     tables = r.stdout[r.stdout.index("speedup over plain"):]
     assert again.stdout[again.stdout.index("speedup over plain"):] == tables
     assert (tmp_path / "again.png").stat().st_size > 10_000
+    for mode in ("draft", "lookup", "hybrid"):  # per-prompt figures that are not (seconds, tokens) pairs
+        data["rows"][mode]["code_edit"]["items"] = [[1, 2, 3, 4, 5]]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(data))
+    r = run("bench", "--from-json", bad)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "not a file" in r.stderr, r.stderr
 
 
 def test_bench_fresh_starts_every_prompt_anew(tiny_pair, profiles, monkeypatch):
@@ -192,7 +198,7 @@ def test_the_speedup_comes_with_its_interval_over_prompts():
             tal.ttft_s.append(0.1)
     figures = benchmark._figures([tally], [plain_tally])
     assert figures["speedup_interval"] == [low, high] and figures["items"] == mode
-    line = [x for x in report._intervals({"plain": {"overall": {}}, "lookup": {"overall": figures}})]
+    line = report._intervals({"plain": {"overall": {}}, "lookup": {"overall": figures}})
     assert line == [f"overall, 95% interval with the prompts drawn again (paired bootstrap): lookup {low:.2f}-"
                     f"{high:.2f}x"]
     assert report._intervals({"lookup": {"overall": {"speedup_interval": None}}}) == []  # (and a saved run without)
