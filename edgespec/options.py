@@ -19,6 +19,10 @@ class Finite(click.FloatRange):
             self.fail(f"{value} is not a finite number", param, ctx)
         return value
 
+    def _describe_range(self) -> str:
+        """Help text: click describes an open range as "x<=None"."""
+        return "finite" if self.min is None and self.max is None else super()._describe_range()
+
 
 class ListOption(click.Option):
     """A repeatable option whose EDGESPEC_* variable holds one value as it is (spaces kept) or a JSON list."""

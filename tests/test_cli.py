@@ -84,7 +84,9 @@ def test_generate_with_trees_equals_plain(tiny_pair):
 
 def test_help_and_version():
     assert "Examples:" in run("--help").stdout
-    assert "--draft-max" in run("generate", "--help").stdout
+    helps = [run(command, "--help").stdout for command in ("generate", "chat", "serve", "bench")]
+    assert "--draft-max" in helps[0]
+    assert all("None" not in text for text in helps)  # (click shows an unbounded range as "x<=None")
     assert run("--version").stdout.startswith("edgespec, version")
 
 
