@@ -87,6 +87,11 @@ def _recording(args) -> Recording:
     return rec
 
 
+def _tuning(args, rec: Recording) -> Recording:
+    """The recording `tune` runs on: this one, or with --tune-on another of the same pair (Recording.tuned_on)."""
+    return rec.tuned_on(Recording.load(args.tune_on)) if args.tune_on else rec
+
+
 def do_trace(args) -> None:
     from trace import trace
 
@@ -97,7 +102,8 @@ def do_trace(args) -> None:
                                args.switch_ms)
     with virtual_time(clock):
         if args.tune:
-            engine = rec.engine(clock, target, draft, draft_max=args.draft_max, draft_p_min=args.draft_p_min)
+            engine = _tuning(args, rec).engine(clock, target, draft, draft_max=args.draft_max,
+                                               draft_p_min=args.draft_p_min)
             autotune.tune(engine, args.tune_seconds, 48, True, None)
             engine.close(remember=False)
         engine = rec.engine(clock, target, draft, draft_max=args.draft_max, draft_p_min=args.draft_p_min)
@@ -122,7 +128,8 @@ def do_run(args) -> dict:
     target, draft = rec.curves(args.latency_ms, args.verify_slope, args.target_scale, args.draft_slope,
                                args.switch_ms)
     with virtual_time(clock):
-        engine = rec.engine(clock, target, draft, draft_max=args.draft_max, draft_p_min=args.draft_p_min)
+        engine = _tuning(args, rec).engine(clock, target, draft, draft_max=args.draft_max,
+                                           draft_p_min=args.draft_p_min)
         tuned = autotune.tune(engine, args.tune_seconds, 48, True, None) if args.tune else None
         engine.close(remember=False)
         # a new process, the profile on disk
@@ -180,6 +187,9 @@ def main() -> None:
     common.add_argument("--draft-p-min", type=float, default=0.0, help="as generate's (needs the draft's recorded "
                         "confidences)")
     common.add_argument("--tune", action="store_true", help="run edgespec tune's measurement first (its profile)")
+    common.add_argument("--tune-on", metavar="RECORDING", help="with --tune: measure on another recording of the "
+                        "same pair (the built-in prompts), under this one's costs; then the replay runs every prompt "
+                        "of this one (no --skip needed)")
     common.add_argument("--tune-seconds", type=float, default=90.0)
     common.add_argument("--noise", type=float, default=0.0)
     common.add_argument("--seed", type=int, default=0)
@@ -217,6 +227,8 @@ def main() -> None:
                 if getattr(args, k, 0.0) < 0]
     if negative:
         ap.error(f"{', '.join(negative)} must be 0 or more")
+    if getattr(args, "tune_on", None) and not args.tune:
+        ap.error("--tune-on RECORDING goes with --tune")
     t0 = time.time()
     try:
         args.func(args)

@@ -316,6 +316,17 @@ class Recording:
     def max_tokens(self) -> int:
         return self.data["max_tokens"]
 
+    def tuned_on(self, other: "Recording") -> "Recording":
+        """What `tune` runs on before a replay of this recording's prompts where it measured on none of them:
+        other's texts (the built-in prompts `tune` measures on) under this recording's costs and name, so that the
+        profile it writes is the one an engine of this recording reads. A user who ran `edgespec tune` once, then
+        works on prompts of their own. The same pair only."""
+        pair, theirs = (self.data["target"], self.data["draft"]), (other.data["target"], other.data["draft"])
+        if pair != theirs or self.data["vocab"] != other.data["vocab"]:
+            raise InvalidArgument(f"{other.path} is a recording of another pair ({' + '.join(theirs)}, not "
+                                  f"{' + '.join(pair)})")
+        return Recording({**other.data, "costs": self.data["costs"]}, self.path)
+
     def items(self) -> list[Item]:
         return [Item(t["category"], messages=tuple(tuple(sorted({"role": r, "content": c}.items()))
                                                    for r, c in t["messages"])) for t in self.data["texts"]]

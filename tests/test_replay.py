@@ -195,3 +195,32 @@ def test_what_is_not_a_recording_is_refused(tmp_path, recording):
         with pytest.raises(InvalidArgument, match="not in the recording"):
             engine.tokenize("a prompt nobody recorded", chat_format=True)
         engine.close(remember=False)
+
+
+def test_tune_on_the_built_in_prompts_profiles_a_recording_of_others(tiny_pair, recording, tmp_path):
+    """bench/replay.py --tune-on: `tune` measures on another recording of the pair (the built-in prompts it
+    measures on) under this one's costs, and writes the profile an engine of this recording reads, as for a user
+    who ran `edgespec tune` once and then works on prompts of their own. Another pair's recording is refused."""
+    items = benchmark.select(benchmark.builtin(), limit=1, skip=1)[:3]  # prompts tune never measures on
+    data = record(str(tiny_pair[0]), str(tiny_pair[1]), items, N, n_threads=2, repeats=2)
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps(data))
+    mine = Recording.load(path)
+    tuning = mine.tuned_on(recording)
+    assert tuning.path == mine.path and tuning.data["costs"] == mine.data["costs"]
+    assert tuning.data["texts"] == recording.data["texts"]
+    target, draft = mine.curves()
+    with virtual_time(Clock()):  # no profile of its own
+        engine = mine.engine(Clock(), target, draft)
+        assert not engine.use_profile()
+        engine.close(remember=False)
+    clock = Clock()
+    with virtual_time(clock):
+        engine = tuning.engine(clock, target, draft)
+        assert autotune.tune(engine, 5.0, 16, True, None).path is not None
+        engine.close(remember=False)
+        engine = mine.engine(clock, target, draft)
+        assert engine.use_profile()
+        engine.close(remember=False)
+    with pytest.raises(InvalidArgument, match="another pair"):
+        mine.tuned_on(Recording({**recording.data, "target": "another.gguf"}, recording.path))
