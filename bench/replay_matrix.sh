@@ -32,21 +32,23 @@ run() {  # log name, then the arguments of bench/replay.py run
     "${cmd[@]}" 2>/dev/null; } > "$out/$name.log"
   grep -E '^overall ' "$out/$name.log" | head -1 | sed "s/^/$name: /"
 }
+cost_settings() {  # the cost settings of "Replayed, without the noise" for one set: its logs' prefix, its arguments
+  local set=$1; shift
+  run "$set-recorded-$tag" "$@"
+  run "$set-memory-bound-$tag" "$@" --target-scale 1.35 --verify-slope 0.12
+  run "$set-flat-$tag" "$@" --verify-slope 0.03
+  run "$set-gpu-flat-$tag" "$@" --verify-slope 0.03 --draft-slope 0.03
+  run "$set-gpu-memory-bound-$tag" "$@" --target-scale 1.35 --verify-slope 0.12 --draft-slope 0.12
+  run "$set-noise-$tag" "$@" --noise 0.15
+  run "$set-rpc2ms-$tag" "$@" --latency-ms 2
+}
 case "${1:-}" in
   settings)
     tag=${2:?a tag for this code, e.g. before or after}
     main=(bench/results/replay-memory.json --tune --skip 1)
     held=(bench/results/replay-heldout-memory.json --costs-from bench/results/replay-memory.json)
-    for set in main held; do
-      declare -n args=$set
-      run "$set-recorded-$tag" "${args[@]}"
-      run "$set-memory-bound-$tag" "${args[@]}" --target-scale 1.35 --verify-slope 0.12
-      run "$set-flat-$tag" "${args[@]}" --verify-slope 0.03
-      run "$set-gpu-flat-$tag" "${args[@]}" --verify-slope 0.03 --draft-slope 0.03
-      run "$set-gpu-memory-bound-$tag" "${args[@]}" --target-scale 1.35 --verify-slope 0.12 --draft-slope 0.12
-      run "$set-noise-$tag" "${args[@]}" --noise 0.15
-      run "$set-rpc2ms-$tag" "${args[@]}" --latency-ms 2
-    done ;;
+    cost_settings main "${main[@]}"
+    cost_settings held "${held[@]}" ;;
   compute)
     tag=${2:?a tag for this code, e.g. before or after}
     run "compute-$tag" bench/results/replay-compute.json --tune --skip 1 --modes plain,draft,lookup,hybrid
@@ -94,13 +96,7 @@ case "${1:-}" in
     # a user who ran `edgespec tune` once (on the built-in prompts: --tune-on), then works on prompts of their own
     new=(bench/results/replay-heldout2-memory.json --costs-from bench/results/replay-memory.json --tune
          --tune-on bench/results/replay-memory.json)
-    run "unseen-recorded-$tag" "${new[@]}"
-    run "unseen-memory-bound-$tag" "${new[@]}" --target-scale 1.35 --verify-slope 0.12
-    run "unseen-flat-$tag" "${new[@]}" --verify-slope 0.03
-    run "unseen-gpu-flat-$tag" "${new[@]}" --verify-slope 0.03 --draft-slope 0.03
-    run "unseen-gpu-memory-bound-$tag" "${new[@]}" --target-scale 1.35 --verify-slope 0.12 --draft-slope 0.12
-    run "unseen-noise-$tag" "${new[@]}" --noise 0.15
-    run "unseen-rpc2ms-$tag" "${new[@]}" --latency-ms 2
+    cost_settings unseen "${new[@]}"
     run "unseen-fresh-recorded-$tag" "${new[@]}" --modes plain,draft,lookup,hybrid --fresh
     run "unseen-fixedk-recorded-$tag" "${new[@]}" --modes plain,draft:2,draft:3,draft:4,draft:6,draft:8,draft
     run "unseen-fixedk-memory-bound-$tag" "${new[@]}" --modes plain,draft:2,draft:3,draft:4,draft:6,draft:8,draft \
