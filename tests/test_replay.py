@@ -210,8 +210,9 @@ def test_tune_on_the_built_in_prompts_profiles_a_recording_of_others(tiny_pair, 
     assert tuning.path == mine.path and tuning.data["costs"] == mine.data["costs"]
     assert tuning.data["texts"] == recording.data["texts"]
     target, draft = mine.curves()
-    with virtual_time(Clock()):  # no profile of its own
-        engine = mine.engine(Clock(), target, draft)
+    clock = Clock()
+    with virtual_time(clock):  # no profile of its own
+        engine = mine.engine(clock, target, draft)
         assert not engine.use_profile()
         engine.close(remember=False)
     clock = Clock()
