@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Text by text, from saved files (measures nothing, so it may run beside anything):
+
+    # where mode B was more than 3% slower or faster than mode A, from an `edgespec bench` or `bench/replay.py run`
+    # --json file (the first repeat's seconds and tokens per prompt)
+    .venv/bin/python bench/texts.py compare bench/results/replay-runs/unseen-memory-bound-303c329.json --modes draft,hybrid
+    # how often a draft's token passes at the start of an answer against later, from replay recordings (the draft's
+    # greedy prediction at each position of the target's greedy text): its first token (the one after the target's
+    # first), and what a first round of K tokens yields against rounds later in the text
+    .venv/bin/python bench/texts.py openings bench/results/replay-memory.json bench/results/replay-heldout2-memory.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def compare(path: str, modes: str, by: float) -> None:
+    rows = json.load(open(path))["rows"]
+    a, b = modes.split(",")
+    if a not in rows or b not in rows:
+        sys.exit(f"texts.py: {path} has the modes {', '.join(rows)}")
+    category = {tuple(item): cat for cat, row in rows[b].items() if cat != "overall"
+                for item in row["items"][0]}
+    pairs = list(zip(rows[a]["overall"]["items"][0], rows[b]["overall"]["items"][0]))
+    ratios = [(ta / na) / (tb / nb) for (ta, na), (tb, nb) in pairs]  # B's speed over A's, text by text
+    slower = sum(r < 1 / (1 + by) for r in ratios)
+    faster = sum(r > 1 + by for r in ratios)
+    print(f"{b} against {a}, {len(ratios)} texts: more than {by:.0%} slower on {slower}, faster on {faster}")
+    worst = sorted(range(len(ratios)), key=lambda i: ratios[i])[:10]
+    for i in worst:
+        (ta, na), (tb, nb) = pairs[i]
+        print(f"  text {i + 1:3d} {category.get(tuple(pairs[i][1]), '?'):15s} {nb:3d} tokens: {b} {ratios[i]:.2f}x "
+              f"{a} ({1000 * ta / na:.1f} against {1000 * tb / nb:.1f} ms/token)")
+
+
+def run_length(text: dict, start: int, k: int) -> int:
+    """Tokens a round of k drafted from answer position `start` would pass (greedy: while the draft's prediction is
+    the target's token)."""
+    p, tokens, draft = text["n_prompt"], text["tokens"], text["draft"]
+    n = 0
+    while n < k and start + n < len(draft) and draft[start + n] == tokens[p + start + n]:
+        n += 1
+    return n
+
+
+def openings(paths: list[str], k: int) -> None:
+    for path in paths:
+        texts = json.load(open(path))["texts"]
+        first = [run_length(t, 1, 1) for t in texts if len(t["draft"]) > 1]
+        later = [run_length(t, i, 1) for t in texts for i in range(2, len(t["draft"]))]
+        round1 = [run_length(t, 1, k) for t in texts if len(t["draft"]) > k + 2]
+        rounds = [run_length(t, i, k) for t in texts for i in range(2, len(t["draft"]) - k)]
+        print(f"{path}: the answer's second token (the draft's first) passes {sum(first) / len(first):.2f}, "
+              f"later ones {sum(later) / len(later):.2f}; a first round of {k} yields {sum(round1) / len(round1):.2f}, "
+              f"later rounds {sum(rounds) / len(rounds):.2f} ({len(texts)} texts)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="what", required=True)
+    c = sub.add_parser("compare")
+    c.add_argument("run")
+    c.add_argument("--modes", required=True, help="A,B")
+    c.add_argument("--by", type=float, default=0.03)
+    o = sub.add_parser("openings")
+    o.add_argument("recordings", nargs="+")
+    o.add_argument("-k", type=int, default=4)
+    args = ap.parse_args()
+    try:
+        compare(args.run, args.modes, args.by) if args.what == "compare" else openings(args.recordings, args.k)
+    except (OSError, ValueError, KeyError) as e:
+        sys.exit(f"texts.py: cannot read {e}")
+
+
+if __name__ == "__main__":
+    main()
