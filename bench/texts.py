@@ -70,8 +70,10 @@ def main() -> None:
     args = ap.parse_args()
     try:
         compare(args.run, args.modes, args.by) if args.what == "compare" else openings(args.recordings, args.k)
-    except (OSError, ValueError, KeyError) as e:
-        sys.exit(f"texts.py: cannot read {e}")
+    except (OSError, ValueError) as e:
+        sys.exit(f"texts.py: cannot read it: {e}")
+    except KeyError as e:  # a recording given to compare, a run to openings
+        sys.exit(f"texts.py: not the file it reads (no {e}): compare takes a run's --json, openings a recording")
 
 
 if __name__ == "__main__":

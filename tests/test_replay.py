@@ -225,3 +225,32 @@ def test_tune_on_the_built_in_prompts_profiles_a_recording_of_others(tiny_pair, 
         engine.close(remember=False)
     with pytest.raises(InvalidArgument, match="another pair"):
         mine.tuned_on(Recording({**recording.data, "target": "another.gguf"}, recording.path))
+
+
+def test_bench_texts_compares_text_by_text_and_reads_openings(tmp_path):
+    """bench/texts.py: from a saved run, the texts where one mode was slower or faster than another; from a
+    recording, how often the draft's first token of an answer passes against later ones."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).parent.parent / "bench" / "texts.py"
+    a = [[1.0, 10], [1.0, 10], [1.0, 10]]
+    b = [[0.5, 10], [1.2, 10], [1.01, 10]]  # 2x faster, 1.2x slower, level
+    rows = {"draft": {"overall": {"items": [a]}, "x": {"items": [a]}},
+            "hybrid": {"overall": {"items": [b]}, "x": {"items": [b[:2]]}, "y": {"items": [b[2:]]}}}
+    run_file = tmp_path / "run.json"
+    run_file.write_text(json.dumps({"rows": rows}))
+    out = subprocess.run([sys.executable, str(script), "compare", str(run_file), "--modes", "draft,hybrid"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "3 texts: more than 3% slower on 1, faster on 1" in out and "x" in out.splitlines()[1]
+    # prompt [7], answer 1 2 3 4 5 6: the draft misses the answer's second token and nothing after
+    text = {"n_prompt": 1, "tokens": [7, 1, 2, 3, 4, 5, 6], "draft": [1, 9, 3, 4, 5, 6]}
+    rec = tmp_path / "rec.json"
+    rec.write_text(json.dumps({"texts": [text]}))
+    out = subprocess.run([sys.executable, str(script), "openings", str(rec), "-k", "2"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "passes 0.00, later ones 1.00" in out and "a first round of 2 yields 0.00, later rounds 2.00" in out
+    bad = subprocess.run([sys.executable, str(script), "compare", str(rec), "--modes", "draft,hybrid"],
+                         capture_output=True, text=True)
+    assert bad.returncode != 0 and bad.stderr.count("\n") == 1 and "texts.py" in bad.stderr
