@@ -158,7 +158,8 @@ def create_app(state: ServerState) -> Starlette:
 
 
 async def _not_found(request, exc):
-    return error(f"no route {request.url.path}; the API is under /v1", 404, code="not_found")
+    served = ", ".join(f"{'/'.join(sorted(r.methods - {'HEAD'}))} {r.path}" for r in request.app.routes)
+    return error(f"no route {request.url.path}; edgespec serves {served}", 404, code="not_found")
 
 
 async def _not_allowed(request, exc):

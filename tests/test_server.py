@@ -222,6 +222,8 @@ def test_unknown_fields_are_ignored_and_unknown_routes_are_json(server):
     assert r.status_code == 200
     assert server.post("/v1/completions", {"prompt": 5}).json()["error"]["param"] == "prompt"
     assert httpx.get(server.url + "/v2/nothing").json()["error"]["code"] == "not_found"
+    missing = httpx.post(server.url + "/v1/embeddings", json={"input": "x"})  # a route of the API it does not serve
+    assert missing.status_code == 404 and "/v1/chat/completions" in missing.json()["error"]["message"]
     assert httpx.get(server.url + "/v1/chat/completions").status_code == 405
 
 
