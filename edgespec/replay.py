@@ -322,9 +322,12 @@ class Recording:
         profile it writes is the one an engine of this recording reads. A user who ran `edgespec tune` once, then
         works on prompts of their own. The same pair only."""
         pair, theirs = (self.data["target"], self.data["draft"]), (other.data["target"], other.data["draft"])
-        if pair != theirs or self.data["vocab"] != other.data["vocab"]:
+        if pair != theirs:
             raise InvalidArgument(f"{other.path} is a recording of another pair ({' + '.join(theirs)}, not "
                                   f"{' + '.join(pair)})")
+        if self.data["vocab"] != other.data["vocab"]:
+            raise InvalidArgument(f"{other.path} is a recording of another pair: files of the same names, another "
+                                  f"vocabulary")
         return Recording({**other.data, "costs": self.data["costs"]}, self.path)
 
     def items(self) -> list[Item]:

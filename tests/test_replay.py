@@ -225,6 +225,9 @@ def test_tune_on_the_built_in_prompts_profiles_a_recording_of_others(tiny_pair, 
         engine.close(remember=False)
     with pytest.raises(InvalidArgument, match="another pair"):
         mine.tuned_on(Recording({**recording.data, "target": "another.gguf"}, recording.path))
+    with pytest.raises(InvalidArgument, match="another pair: files of the same names, another vocabulary"):
+        mine.tuned_on(Recording({**recording.data, "vocab": {**recording.data["vocab"], "n_vocab": 7}},
+                                recording.path))
 
 
 def test_bench_texts_compares_text_by_text_and_reads_openings(tmp_path):
