@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from . import chat
 from .batch import MODES, Event, Request
 from .constraints import Constraint
-from .errors import InvalidArgument
+from .errors import EdgespecError, InvalidArgument
 from .sampling import SamplingConfig
 from .tools import CallReader, ToolError, Tools, special_markers
 
@@ -182,16 +182,7 @@ def parse(body, state: ServerState, is_chat: bool) -> tuple[Request, dict]:
     if is_chat:
         tokens = chat.tokenize(engine.model, _messages(body), tools=tools.for_template() if tools else None)
     else:
-        prompt = body.get("prompt")
-        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-            prompt = prompt[0]
-        if isinstance(prompt, str):
-            tokens = engine.model.tokenize(prompt)  # a raw prompt, as written (llama.cpp's completion semantics)
-        elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool)
-                                                         for t in prompt):
-            tokens = prompt
-        else:
-            raise BadRequest("'prompt' must be a string, a list of one string, or a list of token ids", "prompt")
+        tokens, echo = _prompt(body, engine.model)
     d = state.defaults
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     max_tokens = _number({"max_tokens": max_tokens}, "max_tokens", engine.target.n_ctx, 0, 10 ** 9, integer=True)
@@ -230,8 +221,40 @@ def parse(body, state: ServerState, is_chat: bool) -> tuple[Request, dict]:
     include_usage = bool(isinstance(options, dict) and options.get("include_usage"))
     req = Request(list(tokens), max_tokens, sampling, _stop(body), mode, draft_max, logprobs,
                   constraint=constraint)
+    if not is_chat and echo and logprobs is not None:
+        raise BadRequest("'echo' with 'logprobs' would need the prompt's log-probabilities, which edgespec does not "
+                         "compute; ask for one or the other", "echo", "unsupported_value")
     return req, {"stream": stream, "include_usage": include_usage, "chat": is_chat,
-                 "tools": tools is not None and tools.active}
+                 "tools": tools is not None and tools.active, "echo": "" if is_chat else echo}
+
+
+def _prompt(body: dict, model) -> tuple[list[int], str]:
+    """/v1/completions' prompt -> its tokens, and the text `echo` puts before the completion ("" without echo).
+    Fields that would change what the answer means are refused rather than ignored: `suffix` (fill in the middle)
+    and `best_of` > 1."""
+    if body.get("suffix"):
+        raise BadRequest("'suffix' (fill in the middle) is not supported; send the text before the gap as 'prompt'",
+                         "suffix", "unsupported_value")
+    if body.get("best_of") not in (None, 1):
+        raise BadRequest("only best_of = 1 is supported", "best_of", "unsupported_value")
+    echo = body.get("echo", False)
+    if not isinstance(echo, bool):
+        raise BadRequest("'echo' must be true or false", "echo")
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        # a raw prompt, as written (llama.cpp's completion semantics)
+        return model.tokenize(prompt), prompt if echo else ""
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        if not echo:
+            return prompt, ""
+        try:
+            text = model.detokenize(prompt).decode("utf-8", errors="replace")
+        except EdgespecError as e:  # an id outside the vocabulary: what submitting it would say
+            raise BadRequest(str(e), "prompt") from None
+        return prompt, text
+    raise BadRequest("'prompt' must be a string, a list of one string, or a list of token ids", "prompt")
 
 
 def _tools(body: dict) -> Tools | None:
@@ -311,7 +334,7 @@ class Answer:
                     choice["message"] = {"role": "assistant", "content": content.strip() or None, "tool_calls": calls}
                     choice["finish_reason"] = _finish(last.finish_reason, calls=True)
         else:
-            choice["text"] = text
+            choice["text"] = self.how["echo"] + text
         return {"id": self.id, "object": "chat.completion" if self.how["chat"] else "text_completion",
                 "created": self.created, "model": self.state.model_id, "choices": [choice],
                 "usage": usage(self.req, self.n_out), "timings": timings(last.stats)}
@@ -338,7 +361,7 @@ class Answer:
         elif self.how["chat"]:
             choice["delta"] = {"role": "assistant", "content": ""} if first else {"content": text} if ev else {}
         else:
-            choice["text"] = text
+            choice["text"] = self.how["echo"] if first else text  # (echo: the prompt comes first)
         out = {"id": self.id, "object": "chat.completion.chunk" if self.how["chat"] else "text_completion",
                "created": self.created, "model": self.state.model_id, "choices": [choice]}
         if last is not None:

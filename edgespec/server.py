@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -133,11 +134,22 @@ def create_app(state: ServerState) -> Starlette:
     async def text_completions(request):
         return await completions(request, False)
 
+    def _model() -> dict:
+        return {"id": state.model_id, "object": "model", "created": state.created, "owned_by": "edgespec"}
+
     async def models(request):
         if (denied := _auth(request)) is not None:
             return denied
-        return JSONResponse({"object": "list", "data": [{"id": state.model_id, "object": "model",
-                                                         "created": state.created, "owned_by": "edgespec"}]})
+        return JSONResponse({"object": "list", "data": [_model()]})
+
+    async def model(request):  # the client's models.retrieve(id)
+        if (denied := _auth(request)) is not None:
+            return denied
+        name = request.path_params["model"]
+        if name != state.model_id:
+            return error(f"no model {name!r}; this server serves {state.model_id!r}", 404, "model",
+                         "model_not_found")
+        return JSONResponse(_model())
 
     async def health(request):
         if state.load_error:
@@ -151,14 +163,16 @@ def create_app(state: ServerState) -> Starlette:
 
     routes = [Route("/v1/chat/completions", chat_completions, methods=["POST"]),
               Route("/v1/completions", text_completions, methods=["POST"]),
-              Route("/v1/models", models, methods=["GET"]), Route("/health", health, methods=["GET"]),
+              Route("/v1/models", models, methods=["GET"]), Route("/v1/models/{model:path}", model, methods=["GET"]),
+              Route("/health", health, methods=["GET"]),
               Route("/metrics", metrics, methods=["GET"])]
     app = Starlette(routes=routes, exception_handlers={404: _not_found, 405: _not_allowed, 500: _server_error})
     return app
 
 
 async def _not_found(request, exc):
-    served = ", ".join(f"{'/'.join(sorted(r.methods - {'HEAD'}))} {r.path}" for r in request.app.routes)
+    served = ", ".join(f"{'/'.join(sorted(r.methods - {'HEAD'}))} {re.sub(r':[a-z]+}', '}', r.path)}"
+                       for r in request.app.routes)  # (a path parameter as {model}, not {model:path})
     return error(f"no route {request.url.path}; edgespec serves {served}", 404, code="not_found")
 
 

@@ -217,6 +217,34 @@ def test_ignore_eos_runs_every_answer_to_max_tokens(server):
         assert r.usage.completion_tokens == 40 and r.choices[0].finish_reason == "length"
 
 
+def test_a_model_is_retrieved_by_its_id(server):
+    client = server.client()
+    assert client.models.retrieve("target.gguf").id == "target.gguf"
+    with pytest.raises(openai.NotFoundError) as e:
+        client.models.retrieve("gpt-4o")
+    assert e.value.body["code"] == "model_not_found" and "target.gguf" in e.value.body["message"]
+
+
+def test_completions_echo_the_prompt_first_and_refuse_what_they_cannot_honour(server, engine, reference):
+    client = server.client()
+    p = PROMPTS[0]
+    plain = reference[p].text
+    r = client.completions.create(model="x", prompt=p, max_tokens=30, temperature=0, echo=True)
+    assert r.choices[0].text == p + plain and r.usage.completion_tokens == len(reference[p].tokens)
+    chunks = [c.choices[0].text for c in client.completions.create(model="x", prompt=p, max_tokens=30,
+                                                                    temperature=0, echo=True, stream=True)]
+    assert chunks[0] == p and "".join(chunks) == p + plain  # the prompt comes first, in a chunk of its own
+    ids = engine.tokenize(p)  # token ids: their text, as the model writes it
+    r = client.completions.create(model="x", prompt=ids, max_tokens=30, temperature=0, echo=True)
+    assert r.choices[0].text == engine.model.detokenize(ids).decode() + plain
+    for body, param in (({"echo": True, "logprobs": 2}, "echo"), ({"suffix": "end"}, "suffix"),
+                        ({"best_of": 2}, "best_of"), ({"echo": "yes"}, "echo")):
+        r = server.post("/v1/completions", {"prompt": p, "max_tokens": 2, **body})
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+    r = server.post("/v1/completions", {"prompt": [10 ** 9], "echo": True})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "prompt"
+
+
 def test_unknown_fields_are_ignored_and_unknown_routes_are_json(server):
     r = server.post("/v1/completions", {"prompt": "hi", "max_tokens": 2, "frequency_penalty_x": 1, "user": "u"})
     assert r.status_code == 200
