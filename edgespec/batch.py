@@ -217,6 +217,8 @@ class BatchEngine:
                 g.stats.n_prompt_evaluated = len(g.pending)
                 self.metrics["prompt_tokens"] += len(g.seq)
                 self._active.append((handle, g))
+                if handle.req.max_tokens <= 0:  # nothing to write (its first step would write a token regardless)
+                    self._end(handle, g, "length")
 
     def _slot_for(self, prompt: list[int]) -> int:
         """The free slot whose cache shares the longest prefix with the prompt (same system prompt, next turn)."""

@@ -36,6 +36,16 @@ def serve_all(batch, reqs):
     return events
 
 
+def test_max_tokens_zero_writes_nothing_beside_requests_that_write(batch, engine, reference):
+    """A request for no tokens ends at once (its first step would otherwise write one); the others are unharmed."""
+    reqs = [Request(engine.tokenize(p), max_tokens=0 if i % 2 else 40, mode="draft") for i, p in enumerate(PROMPTS)]
+    for i, (p, ev) in enumerate(zip(PROMPTS, serve_all(batch, reqs))):
+        if i % 2:
+            assert [e.token for e in ev] == [None] and ev[-1].finish_reason == "length"
+        else:
+            assert [e.token for e in ev[:-1]] == reference[p]
+
+
 @pytest.mark.parametrize("mode", ["off", "draft", "lookup", "hybrid", "auto"])
 def test_each_request_gets_the_targets_own_tokens_while_sharing_steps(batch, engine, reference, mode):
     reqs = [Request(engine.tokenize(p), max_tokens=40, mode=mode) for p in PROMPTS]

@@ -241,6 +241,8 @@ def test_completions_echo_the_prompt_first_and_refuse_what_they_cannot_honour(se
                         ({"best_of": 2}, "best_of"), ({"echo": "yes"}, "echo")):
         r = server.post("/v1/completions", {"prompt": p, "max_tokens": 2, **body})
         assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+    r = client.completions.create(model="x", prompt=p, max_tokens=0, echo=True)
+    assert r.choices[0].text == p and r.usage.completion_tokens == 0 and r.choices[0].finish_reason == "length"
     r = server.post("/v1/completions", {"prompt": [10 ** 9], "echo": True})
     assert r.status_code == 400 and r.json()["error"]["param"] == "prompt"
 
