@@ -7,7 +7,7 @@ a part that drafted at a cost hears how the round turned out against what was ex
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import numpy as np
@@ -48,6 +48,46 @@ class Link:
     branch: tuple | None = None  # a draft model's branch after one of them (Proposal.branch)
     stop: object = None  # a draft model's costs.ConfidenceStop this round (its confidence in each token it drafted)
     refused: tuple[int, float] | None = None  # greedy: the token its confidence refused after its n, and that confidence
+
+
+@dataclass
+class _Round:
+    """One call of Chain.propose: its arguments, and the proposal as the parts build it (the tokens so far, their q
+    and proposers, the decisions' reasons, the tokens pushed to the guide, what the parts that draft are expected
+    to spend reading text they missed and on steps whose tokens they did not keep)."""
+    seq: list[int]
+    cap: int
+    sampling: SamplingConfig
+    rng: np.random.Generator
+    stats: GenerationStats
+    guide: object = None
+    tokens: list[int] = field(default_factory=list)
+    qs: list[np.ndarray | None] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+    sampled: bool = False  # whether any part's tokens came with q
+    pushed: int = 0
+    reading: float = 0.0
+
+    def add(self, prop: Proposal, n: int) -> None:
+        """A part's first n tokens join the proposal (and the guide, up to an end of generation)."""
+        self.tokens += prop.tokens[:n]
+        self.sources += prop.sources[:n]
+        self.qs += list(prop.q[:n]) if prop.q is not None else [None] * n
+        self.sampled = self.sampled or prop.q is not None
+        if self.guide is not None:
+            for t in prop.tokens[:n]:
+                if self.guide.is_eog(t):
+                    break
+                self.guide.push(t)
+                self.pushed += 1
+
+    def cut(self, j: int) -> None:
+        """Only the first j tokens stay (and in the guide)."""
+        del self.tokens[j:], self.sources[j:], self.qs[j:]
+        if self.pushed > j:
+            self.guide.pop(self.pushed - j)
+            self.pushed = j
 
 
 class Chain(ChainTrees):
@@ -95,8 +135,6 @@ class Chain(ChainTrees):
         rows = cap if rows is None else rows
         self._used, self._offers, self._leaves, self._expected = [], [], None, None
         self._t0 = time.perf_counter()
-        reading = 0.0  # what the parts that draft are expected to spend reading text they missed (and on steps
-        # whose tokens they did not keep)
         for link in self.links:
             link.tree = link.alternatives = link.branch = link.offered = link.stop = link.refused = None
         if cap <= 0:
@@ -108,137 +146,141 @@ class Chain(ChainTrees):
             if first.reason == "free":
                 prop = self._tree(self.links[0], seq, first.k, rows)
                 return prop, "free" if prop.parents is None else "tree"
-        tokens: list[int] = []
-        qs: list[np.ndarray | None] = []
-        sources: list[str] = []
-        sampled = False
-        reasons = []
-        pushed = 0
+        r = _Round(seq, cap, sampling, rng, stats, guide)
         try:
             for link in self.links:
-                policy = link.policy
-                most = 0  # behind a free part: the most this part may draft where its confidence decides
-                behind_free = len(self._used) == 1 and self._used[0].policy.free
-                decision = first if first is not None else \
-                    policy.decide(cap, self.k_max, self.adaptive, planned=behind_free) \
-                    if len(tokens) < cap or behind_free else Decision(0, "full")
-                if decision.reason == "probe" and self._probe_too_dear(link, seq, cap):
-                    policy.defer_probe()
-                    decision = Decision(0, "fallback")
-                reasons.append(decision.reason)
-                if decision.reason == "fallback" and decision.why:
-                    stats.fallbacks.append({"round": stats.n_rounds, "why": decision.why})
-                k = decision.k - len(tokens)
-                if behind_free and decision.k > 0 and decision.reason not in ("fixed", "free"):
-                    # Keep j of the free lead's tokens and draft f after them, whichever split (or this part
-                    # alone, or the lead alone) is expected to cost least per token; learning rounds (warm-up,
-                    # probe) draft >= 1 where the lead offers nothing (a probe waits for such a round). An explore
-                    # round drafts one more than the plan where the plan drafts at all: forced drafting beside the
-                    # lead's tokens would pay for what the lead does better (and for catching up on its tokens),
-                    # which on copied text cost more than the hybrid gained.
-                    lead = self._used[0]
-                    learning = decision.reason in ("warm-up", "probe") and lead.n == 0
-                    limit = decision.k if learning else min(cap, policy.k_max if self.k_max is None else self.k_max)
-                    read_s = getattr(link.part, "read_s", None) or 0.0  # a model must first read what it missed
-                    behind = _behind(link.part, seq) if read_s else 0
-                    j, k = policy.plan(limit, lead.policy.keyed(lead.key), lead.n, least=int(learning),
-                                       behind=behind, read_s=read_s, horizon=max(1, min(CATCH_UP_HORIZON, cap)))
-                    if decision.reason == "explore" and k > 0 and j + k < limit:
-                        k += 1
-                    if learning and decision.reason == "probe":  # (a probe's length: its confidence's, below)
-                        most = min(cap, policy.k_max if self.k_max is None else self.k_max) - j
-                    if not learning and k > 0:
-                        policy.drafting_planned()
-                        most = limit - j  # where its confidence decides how far (below), it may draft this many
-                    elif not learning and lead.n == 0:  # declined where it alone could have drafted: a verdict
-                        why = policy.declined()
-                        if why:
-                            stats.fallbacks.append({"round": stats.n_rounds, "why": why})
-                    if j < lead.n:
-                        del tokens[j:], sources[j:], qs[j:]
-                        lead.n = j
-                        if pushed > j:
-                            guide.pop(pushed - j)
-                            pushed = j
-                        if j == 0:
-                            self._used, sampled = [], False
-                            reasons[0] = "dropped"
-                if k <= 0 or (guide is not None and tokens and guide.is_eog(tokens[-1])):
-                    continue
-                t0 = time.perf_counter()
-                context = seq + tokens if tokens else seq
-                per_read = getattr(link.part, "read_s", None)  # a model's reading, priced as its plan prices it
-                behind = _behind(link.part, context) if per_read else 0
-                reading += behind * per_read if behind > 1 else 0.0
-                seconds = self.tree_width > 1 and guide is None and isinstance(link.part, DraftModelProposer)
-                if not seconds and self._measures(link, decision):
-                    reach = 1.0
-                    for a in self._accept():
-                        reach *= a
-                    link.stop = policy.confidence_stop(len(tokens) + 1, reach, self._confident(link, decision),
-                                                       least=int(decision.reason == "probe"))
-                    if link.stop is not None and link.stop.active:  # the draft's confidence decides how far
-                        k = most if behind_free else \
-                            min(cap, policy.k_max if self.k_max is None else self.k_max) - len(tokens)
-                    if link.stop is not None:
-                        link.stop.most = k
-                        if link.stop.active and guide is None and decision.reason in ("cost", "explore"):
-                            link.stop.hand_off = self._hand_off(seq, tokens, link)  # lookup may copy the rest
-                stop = {"stop": link.stop} if link.stop is not None else {}
-                prop = link.part.propose(context, k, sampling, rng, guide=guide, **stop) if guide is not None else \
-                    link.part.propose(context, k, sampling, rng, alternatives=True,
-                                      branch=self._branching(link, len(tokens), k)) if seconds else \
-                    link.part.propose(context, k, sampling, rng, **stop)
-                # what drafting this many costs, without catching up on text decoded while the part stood aside,
-                # drafting a branch, or the step whose token it did not keep (which the round's expectation counts,
-                # as it counts the reading: a round ended by the draft's doubt costs that step beside T_d(n))
-                if getattr(link.part, "step_s", None) is not None:  # (until it has timed one: the profile's)
-                    policy.step_s = link.part.step_s
-                refused = getattr(link.part, "refused_s", 0.0)
-                reading += refused
-                link.seconds = time.perf_counter() - t0 - getattr(link.part, "catch_up_s", 0.0) - refused - \
-                    (getattr(link.part, "branch_s", 0.0) if seconds else 0.0)
-                n = len(prop.tokens)
-                if guide is not None and prop.q is None:
-                    n = guide.allowed_prefix(prop.tokens)  # past that the target would reject them for certain
-                link.start, link.key = len(tokens), prop.key
-                link.n = n
-                if link.stop is not None and n == len(prop.tokens):  # (a token the grammar cut is not the refused's)
-                    link.refused = getattr(link.part, "refused", None)
-                if decision.reason == "free":  # verify what pays; learn from all of it (accepted())
-                    link.offered, link.n = prop.tokens[:n], policy.keep(n, prop.key, recheck_every=0)
-                    self._offers.append(link)
-                self._used.append(link)
-                if prop.alternatives is not None:
-                    link.alternatives = prop.alternatives[:link.n]
-                    link.branch = prop.branch if prop.branch and prop.branch[0] < link.n else None
-                tokens += prop.tokens[:link.n]
-                sources += prop.sources[:link.n]
-                qs += list(prop.q[:link.n]) if prop.q is not None else [None] * link.n
-                sampled = sampled or prop.q is not None
-                if guide is not None:
-                    for t in prop.tokens[:link.n]:
-                        if guide.is_eog(t):
-                            break
-                        guide.push(t)
-                        pushed += 1
+                self._turn(r, link, first)
             if guide is None and self.tree_width == 1:
-                n = self._tail(seq, tokens, min(cap, rows), reading)
+                n = self._tail(seq, r.tokens, min(cap, rows), r.reading)
                 if n:
-                    sources += ["lookup"] * n
-                    qs += [None] * n
-                    reasons.append("tail")
+                    r.sources += ["lookup"] * n
+                    r.qs += [None] * n
+                    r.reasons.append("tail")
         finally:
-            if pushed:
-                guide.pop(pushed)
+            if r.pushed:
+                guide.pop(r.pushed)
+        tokens, qs, sources, reasons = r.tokens, r.qs if r.sampled else None, r.sources, r.reasons
         extra = self._second_choices(tokens, rows)
         if not extra:  # (a round with a tree's leaves is not judged against the chain's expectation)
-            self._expected = self._expectation(len(tokens), reading)
-            return Proposal(tokens, qs if sampled else None, sources), "+".join(reasons) or "fixed"
+            self._expected = self._expectation(len(tokens), r.reading)
+            return Proposal(tokens, qs, sources), "+".join(reasons) or "fixed"
         leaves, parents = extra
-        return Proposal(tokens + [t for t, _ in leaves], qs + [q for _, q in leaves] if sampled else None,
+        return Proposal(tokens + [t for t, _ in leaves], qs + [q for _, q in leaves] if qs is not None else None,
                         sources + ["draft"] * len(leaves), parents=list(range(-1, len(tokens) - 1)) + parents
                         ), "+".join(reasons + ["tree"] + (["branch"] if self._leaves[3] else []))
+
+    def _turn(self, r: _Round, link: Link, first: Decision | None) -> None:
+        """One part's turn: its policy's decision (a probe whose reading would cost more than it can repay waits),
+        behind a free lead the plan's split of the round (_split), then its proposal (_draft)."""
+        policy, stats = link.policy, r.stats
+        behind_free = len(self._used) == 1 and self._used[0].policy.free
+        decision = first if first is not None else \
+            policy.decide(r.cap, self.k_max, self.adaptive, planned=behind_free) \
+            if len(r.tokens) < r.cap or behind_free else Decision(0, "full")
+        if decision.reason == "probe" and self._probe_too_dear(link, r.seq, r.cap):
+            policy.defer_probe()
+            decision = Decision(0, "fallback")
+        r.reasons.append(decision.reason)
+        if decision.reason == "fallback" and decision.why:
+            stats.fallbacks.append({"round": stats.n_rounds, "why": decision.why})
+        k, most = decision.k - len(r.tokens), 0  # most: behind a free part, the most this part may draft where its
+        # confidence decides
+        if behind_free and decision.k > 0 and decision.reason not in ("fixed", "free"):
+            k, most = self._split(r, link, decision)
+        if k <= 0 or (r.guide is not None and r.tokens and r.guide.is_eog(r.tokens[-1])):
+            return
+        self._draft(r, link, decision, k, most if behind_free else None)
+
+    def _split(self, r: _Round, link: Link, decision: Decision) -> tuple[int, int]:
+        """Behind the free lead: keep j of its tokens and draft f after them, whichever split (or this part alone,
+        or the lead alone) is expected to cost least per token (DraftLength.plan); the lead's tokens past j leave
+        the round. Returns (f, the most this part may draft where its confidence decides).
+
+        Learning rounds (warm-up, probe) draft >= 1 where the lead offers nothing (a probe waits for such a round).
+        An explore round drafts one more than the plan where the plan drafts at all: forced drafting beside the
+        lead's tokens would pay for what the lead does better (and for catching up on its tokens), which on copied
+        text cost more than the hybrid gained."""
+        policy, lead, cap = link.policy, self._used[0], r.cap
+        learning = decision.reason in ("warm-up", "probe") and lead.n == 0
+        k_max = min(cap, policy.k_max if self.k_max is None else self.k_max)
+        limit = decision.k if learning else k_max
+        read_s = getattr(link.part, "read_s", None) or 0.0  # a model must first read what it missed
+        behind = _behind(link.part, r.seq) if read_s else 0
+        j, k = policy.plan(limit, lead.policy.keyed(lead.key), lead.n, least=int(learning), behind=behind,
+                           read_s=read_s, horizon=max(1, min(CATCH_UP_HORIZON, cap)))
+        if decision.reason == "explore" and k > 0 and j + k < limit:
+            k += 1
+        most = 0
+        if learning and decision.reason == "probe":  # (a probe's length: its confidence's, in _draft)
+            most = k_max - j
+        if not learning and k > 0:
+            policy.drafting_planned()
+            most = limit - j
+        elif not learning and lead.n == 0:  # declined where it alone could have drafted: a verdict
+            why = policy.declined()
+            if why:
+                r.stats.fallbacks.append({"round": r.stats.n_rounds, "why": why})
+        if j < lead.n:
+            r.cut(j)
+            lead.n = j
+            if j == 0:
+                self._used, r.sampled = [], False
+                r.reasons[0] = "dropped"
+        return k, most
+
+    def _draft(self, r: _Round, link: Link, decision: Decision, k: int, most: int | None) -> None:
+        """This part proposes k tokens after the round's so far, which its tokens join. A draft model drafting by
+        measured cost goes as far as its confidence pays (ConfidenceStop): up to `most` behind a free lead (None:
+        it leads), and may hand the rest of the round to lookup's continuation of its tokens (_hand_off)."""
+        policy, guide, cap = link.policy, r.guide, r.cap
+        t0 = time.perf_counter()
+        context = r.seq + r.tokens if r.tokens else r.seq
+        per_read = getattr(link.part, "read_s", None)  # a model's reading, priced as its plan prices it
+        behind = _behind(link.part, context) if per_read else 0
+        r.reading += behind * per_read if behind > 1 else 0.0
+        leaves = self.tree_width > 1 and guide is None and isinstance(link.part, DraftModelProposer)  # a tree's
+        if not leaves and self._measures(link, decision):
+            reach = 1.0
+            for a in self._accept():
+                reach *= a
+            link.stop = policy.confidence_stop(len(r.tokens) + 1, reach, self._confident(link, decision),
+                                               least=int(decision.reason == "probe"))
+            if link.stop is not None and link.stop.active:  # the draft's confidence decides how far
+                k = most if most is not None else \
+                    min(cap, policy.k_max if self.k_max is None else self.k_max) - len(r.tokens)
+            if link.stop is not None:
+                link.stop.most = k
+                if link.stop.active and guide is None and decision.reason in ("cost", "explore"):
+                    link.stop.hand_off = self._hand_off(r.seq, r.tokens, link)  # lookup may copy the rest
+        stop = {"stop": link.stop} if link.stop is not None else {}
+        prop = link.part.propose(context, k, r.sampling, r.rng, guide=guide, **stop) if guide is not None else \
+            link.part.propose(context, k, r.sampling, r.rng, alternatives=True,
+                              branch=self._branching(link, len(r.tokens), k)) if leaves else \
+            link.part.propose(context, k, r.sampling, r.rng, **stop)
+        # what drafting this many costs, without catching up on text decoded while the part stood aside,
+        # drafting a branch, or the step whose token it did not keep (which the round's expectation counts,
+        # as it counts the reading: a round ended by the draft's doubt costs that step beside T_d(n))
+        if getattr(link.part, "step_s", None) is not None:  # (until it has timed one: the profile's)
+            policy.step_s = link.part.step_s
+        refused = getattr(link.part, "refused_s", 0.0)
+        r.reading += refused
+        link.seconds = time.perf_counter() - t0 - getattr(link.part, "catch_up_s", 0.0) - refused - \
+            (getattr(link.part, "branch_s", 0.0) if leaves else 0.0)
+        n = len(prop.tokens)
+        if guide is not None and prop.q is None:
+            n = guide.allowed_prefix(prop.tokens)  # past that the target would reject them for certain
+        link.start, link.key = len(r.tokens), prop.key
+        link.n = n
+        if link.stop is not None and n == len(prop.tokens):  # (a token the grammar cut is not the refused's)
+            link.refused = getattr(link.part, "refused", None)
+        if decision.reason == "free":  # verify what pays; learn from all of it (accepted())
+            link.offered, link.n = prop.tokens[:n], policy.keep(n, prop.key, recheck_every=0)
+            self._offers.append(link)
+        self._used.append(link)
+        if prop.alternatives is not None:
+            link.alternatives = prop.alternatives[:link.n]
+            link.branch = prop.branch if prop.branch and prop.branch[0] < link.n else None
+        r.add(prop, link.n)
 
     def _tail(self, seq: list[int], tokens: list[int], room: int, reading: float) -> int:
         """After a draft model's tokens, prompt lookup's continuation of them (a quotation the draft began, which
