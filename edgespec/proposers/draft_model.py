@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import numpy as np
@@ -14,6 +15,17 @@ from . import Proposal
 
 
 SPLIT = 0.8
+
+
+@dataclass
+class _Fork:
+    """A branch drafted beside the chain after the second choice at position `at`: up to n tokens, their q
+    (sampled), and the logits its last decode gave."""
+    at: int
+    n: int
+    tokens: list[int] = field(default_factory=list)
+    qs: list[np.ndarray] = field(default_factory=list)
+    logits: np.ndarray | None = None
 
 
 class DraftModelProposer:
@@ -56,28 +68,11 @@ class DraftModelProposer:
         self.refused = None
         if k <= 0:
             return Proposal([])
-        t0 = time.perf_counter()
-        # What it has not read, and seq[-1] (decoded afresh each round: its logits start the draft), in one decode:
-        # after a round whose drafts all passed, the last draft and the target's token; after standing aside, or
-        # behind an earlier part of a chain, all it missed. One batch of n rows costs less than n decodes of one.
-        keep = self.ctx.common_prefix(seq[:-1])
-        behind = len(seq) - 1 - keep
-        self.ctx.truncate(keep)
-        logits = self.ctx.decode(seq[keep:], [behind])[0]
-        first_s = time.perf_counter() - t0
-        self.catch_up_s = 0.0  # one behind: the last round's own draft, part of drafting as a round's first step
-        if behind > 1:  # reading beyond that: what this decode took over a draft step (its rows' share, untimed)
-            step = self._steps[0]
-            self.catch_up_s = max(0.0, first_s - step) if step is not None else first_s * behind / (behind + 1)
-            per = self.catch_up_s / behind
-            self.read_s = running(self.read_s, per)
-        last_s = first_s - self.catch_up_s  # the decode that gave the logits at hand
+        logits, last_s = self._read(seq)
         tokens: list[int] = []
         qs: list[np.ndarray] = []
         alts: list[tuple[int, np.ndarray | None]] = []
-        forked: tuple[int, int, list[int], list[np.ndarray]] | None = None  # at, length, tokens, qs
-        branch_logits = None
-        model = self.ctx.model
+        fork: _Fork | None = None
         if guide is not None or not alternatives or self.ctx.branches < 2:
             branch = None
         pushed = 0
@@ -87,67 +82,101 @@ class DraftModelProposer:
                     logits = guide.shape(logits)
                     if not np.isfinite(logits).any():
                         break
-                if sampling.greedy:
-                    tok = int(np.argmax(logits))
-                    top = _top_probability(logits) if self.p_min > 0 or branch is not None or stop is not None else 1.0
-                    if top < self.p_min or (stop is not None and not stop.keep(i, top)):
-                        self.refused_s, self.refused = last_s, (tok, top)
-                        break
-                    if alternatives:
-                        second = logits.copy()
-                        second[tok] = -np.inf
-                        alts.append((int(np.argmax(second)), None))
-                else:
-                    q = probabilities(logits, sampling)
-                    top = float(q.max())
-                    if top < self.p_min or (stop is not None and not stop.keep(i, top)):
-                        self.refused_s = last_s
-                        break
-                    tok = sample(q, rng)
-                    qs.append(self._fit(q))
-                    if alternatives:
-                        rest = without(q, [tok])
-                        alts.append((sample(rest, rng), self._fit(rest)) if rest.any() else (-1, None))
-                if forked is not None and len(forked[2]) < forked[1]:  # the branch's next token, from its own row
-                    b, bq = self._choose(branch_logits, sampling, rng)
-                    forked[2].append(b)
+                picked = self._pick(i, logits, sampling, rng, stop, qs, alts if alternatives else None,
+                                    branch is not None)
+                if picked is None:  # its confidence refused it: that decode bought nothing
+                    self.refused_s = last_s
+                    break
+                tok, top = picked
+                if fork is not None and len(fork.tokens) < fork.n:  # the branch's next token, from its own row
+                    b, bq = self._choose(fork.logits, sampling, rng)
+                    fork.tokens.append(b)
                     if bq is not None:
-                        forked[3].append(bq)
+                        fork.qs.append(bq)
                 tokens.append(tok)
-                if i == k - 1 or model.is_eog(tok) or (stop is not None and not stop.further(i, tokens)):
+                if i == k - 1 or self.ctx.model.is_eog(tok) or (stop is not None and not stop.further(i, tokens)):
                     break  # nothing is worth drafting past the end of the text (or where it would not pay)
                 if guide is not None:
                     guide.push(tok)
                     pushed += 1
-                if forked is None and branch is not None and top < self.split and alts[i][0] >= 0:
+                if fork is None and branch is not None and top < self.split and alts[i][0] >= 0:
                     n = min(branch(i), k - 1 - i)
                     if n > 0:
                         self.ctx.fork(1)
-                        forked = (i, n, [], [])
-                t1 = time.perf_counter()
-                if forked is None:
-                    logits = self.ctx.decode([tok], [0])[0]
-                    last_s = time.perf_counter() - t1
-                    self._time_step(last_s, pair=False)
-                    continue
-                at, n, grown, _ = forked
-                last = grown[-1] if grown else alts[at][0]
-                if len(grown) < n and not model.is_eog(last):
-                    logits, branch_logits = self.ctx.decode_rows([(tok, 0), (last, 1)])
-                    last_s = time.perf_counter() - t1
-                    self._time_step(last_s, pair=True)
-                else:
-                    forked = (at, len(grown), grown, forked[3])  # the branch ends here
-                    logits = self.ctx.decode_rows([(tok, 0)])[0]
-                    last_s = time.perf_counter() - t1
-                    self._time_step(last_s, pair=False)
+                        fork = _Fork(i, n)
+                logits, last_s = self._step(tok, fork, alts)
         finally:
             if pushed:
                 guide.pop(pushed)
         out = Proposal(tokens, qs or None, ["draft"] * len(tokens), alternatives=alts if alternatives else None)
-        if forked is not None:
-            out.branch = (forked[0], forked[2], forked[3] or None)
+        if fork is not None:
+            out.branch = (fork.at, fork.tokens, fork.qs or None)
         return out
+
+    def _read(self, seq: Sequence[int]) -> tuple[np.ndarray, float]:
+        """What it has not read, and seq[-1] (decoded afresh each round: its logits start the draft), in one decode:
+        after a round whose drafts all passed, the last draft and the target's token; after standing aside, or
+        behind an earlier part of a chain, all it missed. One batch of n rows costs less than n decodes of one.
+        Returns the logits after seq and the seconds of a draft step in that decode (the rest, reading beyond the
+        round's own, is catch_up_s, and per token read_s)."""
+        t0 = time.perf_counter()
+        keep = self.ctx.common_prefix(seq[:-1])
+        behind = len(seq) - 1 - keep
+        self.ctx.truncate(keep)
+        logits = self.ctx.decode(seq[keep:], [behind])[0]
+        first_s = time.perf_counter() - t0
+        self.catch_up_s = 0.0  # one behind: the last round's own draft, part of drafting as a round's first step
+        if behind > 1:  # reading beyond that: what this decode took over a draft step (its rows' share, untimed)
+            step = self._steps[0]
+            self.catch_up_s = max(0.0, first_s - step) if step is not None else first_s * behind / (behind + 1)
+            self.read_s = running(self.read_s, self.catch_up_s / behind)
+        return logits, first_s - self.catch_up_s
+
+    def _pick(self, i: int, logits: np.ndarray, sampling: SamplingConfig, rng: np.random.Generator, stop,
+              qs: list, alts: list | None, branching: bool) -> tuple[int, float] | None:
+        """The token at draft position i and the draft's confidence in it (its top probability); None where that
+        confidence refuses it (p_min, stop; greedy: the refused token and confidence in self.refused). Sampled,
+        its q joins qs; with alts (a tree), the second choice there joins them."""
+        if sampling.greedy:
+            tok = int(np.argmax(logits))
+            top = _top_probability(logits) if self.p_min > 0 or branching or stop is not None else 1.0
+            if top < self.p_min or (stop is not None and not stop.keep(i, top)):
+                self.refused = (tok, top)
+                return None
+            if alts is not None:
+                second = logits.copy()
+                second[tok] = -np.inf
+                alts.append((int(np.argmax(second)), None))
+            return tok, top
+        q = probabilities(logits, sampling)
+        top = float(q.max())
+        if top < self.p_min or (stop is not None and not stop.keep(i, top)):
+            return None
+        tok = sample(q, rng)
+        qs.append(self._fit(q))
+        if alts is not None:
+            rest = without(q, [tok])
+            alts.append((sample(rest, rng), self._fit(rest)) if rest.any() else (-1, None))
+        return tok, top
+
+    def _step(self, tok: int, fork: _Fork | None, alts: list) -> tuple[np.ndarray, float]:
+        """Decode a drafted token, and beside it, while a branch grows, the branch's last token (its next logits
+        into fork.logits); returns the chain's next logits and the decode's seconds."""
+        t1 = time.perf_counter()
+        pair = False
+        if fork is None:
+            logits = self.ctx.decode([tok], [0])[0]
+        else:
+            last = fork.tokens[-1] if fork.tokens else alts[fork.at][0]
+            if len(fork.tokens) < fork.n and not self.ctx.model.is_eog(last):
+                logits, fork.logits = self.ctx.decode_rows([(tok, 0), (last, 1)])
+                pair = True
+            else:
+                fork.n = len(fork.tokens)  # the branch ends here
+                logits = self.ctx.decode_rows([(tok, 0)])[0]
+        seconds = time.perf_counter() - t1
+        self._time_step(seconds, pair=pair)
+        return logits, seconds
 
     def _choose(self, logits: np.ndarray, sampling: SamplingConfig, rng: np.random.Generator
                 ) -> tuple[int, np.ndarray | None]:
