@@ -257,48 +257,12 @@ class Engine:
             logits = self.target.decode(batch, range(len(batch))) if tree is None else \
                 self.target.decode_tree(seq[-1], tree.tokens, tree.parents)
         t3 = time.perf_counter()
-        dead_end = None
-        if run.guide is not None:  # each row masked and penalised by the text up to it
-            logits = run.guide.rows(logits, prop.tokens)
-            dead = np.flatnonzero(~np.isfinite(logits).any(axis=1))
-            if len(dead):  # the grammar allows nothing after prop[:d]: verify no further, choose nothing there
-                dead_end = int(dead[0])
-                prop = Proposal(prop.tokens[:dead_end], None if prop.q is None else prop.q[:dead_end],
-                                prop.sources[:dead_end])
-                logits = logits[:dead_end + 1]
-                logits[dead_end] = 0.0
-        if tree is not None:  # (never with a guide: the chain offers trees only where nothing shapes the rows)
-            path, nxt = verify_tree(logits, tree, run.sampling, run.rng)
-            self.target.keep_path(path)
-        else:
-            if run.sampling.greedy:
-                n, nxt = verify_greedy(logits.argmax(axis=1), prop.tokens)
-            else:
-                p = Rows(logits, run.sampling)  # a row is computed when verification reaches it
-                n, nxt = verify_sampled(p, prop.q, prop.tokens, run.rng)
-            path = list(range(n))
-            # Keep seq[:-1] + seq[-1] + the accepted drafts: once nxt is appended, that is the new seq[:-1].
-            self.target.truncate(len(seq) + n)
+        prop, path, nxt, dead_end = self._verify(run, prop, tree, logits)
         n = len(path)
         chosen = [(prop.tokens[i], prop.sources[i]) for i in path] + ([] if n == dead_end else [(nxt, None)])
         if run.chain is not None:
             run.chain.accepted(n, [tok for tok, _ in chosen], path)
-        emitted, finish = [], None
-        for tok, source in chosen:
-            if self.model.is_eog(tok):
-                finish = "stop"
-                break
-            run.out.append(tok)
-            seq.append(tok)
-            if run.guide is not None:
-                run.guide.push(tok)
-            emitted.append((tok, source, run.text.push(self.model.piece(tok))))
-            if run.text.stopped:
-                finish = "stop"
-            elif len(run.out) >= run.max_tokens:
-                finish = "length"
-            if finish:
-                break
+        emitted, finish = self._emit(run, chosen)
         if finish is None and n == dead_end:
             finish = "grammar"  # the grammar allows no token here: end, rather than choose one it forbids
         t4 = time.perf_counter()
@@ -310,6 +274,56 @@ class Engine:
             else (None, None)
         stats.add_round(RoundRecord(len(prop.tokens), n, len(emitted), t4 - t0, self._llama_seconds(run) - llama0,
                                     reason, tuple(prop.sources), depth, taken))
+        return emitted, finish
+
+    def _verify(self, run: "_Run", prop: Proposal, tree: Tree | None, logits: np.ndarray
+                ) -> tuple[Proposal, list[int], int, int | None]:
+        """The target's rows against the proposal: the accepted path (a chain's first n, or a tree's nodes), the
+        token after it, and the target's cache cut back to them. Under a guide each row is masked and penalised by
+        the text up to it, and where the grammar allows nothing after prop[:d] the proposal ends at d, the dead
+        end, where no token is chosen. Returns the proposal as verified, the path, the next token, the dead end."""
+        dead_end = None
+        if run.guide is not None:
+            logits = run.guide.rows(logits, prop.tokens)
+            dead = np.flatnonzero(~np.isfinite(logits).any(axis=1))
+            if len(dead):
+                dead_end = int(dead[0])
+                prop = Proposal(prop.tokens[:dead_end], None if prop.q is None else prop.q[:dead_end],
+                                prop.sources[:dead_end])
+                logits = logits[:dead_end + 1]
+                logits[dead_end] = 0.0
+        if tree is not None:  # (never with a guide: the chain offers trees only where nothing shapes the rows)
+            path, nxt = verify_tree(logits, tree, run.sampling, run.rng)
+            self.target.keep_path(path)
+            return prop, path, nxt, dead_end
+        if run.sampling.greedy:
+            n, nxt = verify_greedy(logits.argmax(axis=1), prop.tokens)
+        else:
+            p = Rows(logits, run.sampling)  # a row is computed when verification reaches it
+            n, nxt = verify_sampled(p, prop.q, prop.tokens, run.rng)
+        # Keep seq[:-1] + seq[-1] + the accepted drafts: once nxt is appended, that is the new seq[:-1].
+        self.target.truncate(len(run.seq) + n)
+        return prop, list(range(n)), nxt, dead_end
+
+    def _emit(self, run: "_Run", chosen: list[tuple[int, str | None]]) -> tuple[list[tuple[int, str | None, str]],
+                                                                             str | None]:
+        """The round's chosen tokens join the text, up to an end of generation, a stop string or max_tokens:
+        the emitted (token, source, text) and the finish reason, if the text ended."""
+        emitted, finish = [], None
+        for tok, source in chosen:
+            if self.model.is_eog(tok):
+                return emitted, "stop"
+            run.out.append(tok)
+            run.seq.append(tok)
+            if run.guide is not None:
+                run.guide.push(tok)
+            emitted.append((tok, source, run.text.push(self.model.piece(tok))))
+            if run.text.stopped:
+                finish = "stop"
+            elif len(run.out) >= run.max_tokens:
+                finish = "length"
+            if finish:
+                break
         return emitted, finish
 
     def _start_costs(self, chain: Chain) -> None:
