@@ -2,7 +2,10 @@
 connection, its offline mode (HF_HUB_OFFLINE=1). A checksum, where the preset has one, is checked after download."""
 from __future__ import annotations
 
+import socket
+import urllib.request
 from pathlib import Path
+from urllib.parse import urlparse
 
 from . import default_model
 from .default_model import sha256_of
@@ -36,6 +39,11 @@ def download(ref: ModelRef, *, endpoint: str | None = None, verify: bool = True)
     from huggingface_hub import hf_hub_download
     from huggingface_hub import errors
 
+    why = _unreachable(endpoint)
+    if why:
+        raise EdgespecError(f"{ref.repo}:{ref.file} is not in the local cache and the hub cannot be reached: {why} "
+                            "(no network? HF_ENDPOINT names a mirror; or download the file elsewhere and pass its "
+                            "path)")
     try:
         path = Path(hf_hub_download(ref.repo, ref.file, endpoint=endpoint))
     except errors.LocalEntryNotFoundError:
@@ -55,6 +63,23 @@ def download(ref: ModelRef, *, endpoint: str | None = None, verify: bool = True)
             raise EdgespecError(f"checksum mismatch for {ref.repo}:{ref.file}: got {got}, expected {ref.sha256}; "
                                 f"delete {path} and pull again")
     return path
+
+
+def _unreachable(endpoint: str | None) -> str | None:
+    """Why the hub cannot be reached at all, found at once: its host name does not resolve (no network, no DNS),
+    where huggingface-hub would retry for some 25 s, printing each retry, before saying so. Not judged offline
+    (the cache alone answers) or behind a proxy (which resolves names itself)."""
+    from huggingface_hub import constants
+
+    url = urlparse(endpoint or constants.ENDPOINT)
+    proxies = urllib.request.getproxies()
+    if constants.HF_HUB_OFFLINE or not url.hostname or proxies.get(url.scheme) or proxies.get("all"):
+        return None
+    try:
+        socket.getaddrinfo(url.hostname, url.port or (443 if url.scheme == "https" else 80))
+    except socket.gaierror as e:
+        return f"{url.hostname} does not resolve ({e.strerror})"
+    return None
 
 
 def resolve(spec: str):

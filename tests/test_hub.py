@@ -108,6 +108,40 @@ def test_offline_mode_uses_only_the_cache(hub, monkeypatch):
         download(ModelRef("owner/other", "model.gguf"), endpoint=hub)
 
 
+def test_a_hub_whose_name_does_not_resolve_is_said_at_once(monkeypatch, tmp_path):
+    """No network (the hub's name does not resolve): one line at once, where huggingface-hub would retry for some
+    25 s, printing each retry; it is not even asked. Behind a proxy, which resolves names itself, it is."""
+    import socket
+
+    import huggingface_hub
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    real = socket.getaddrinfo
+
+    def resolve(host, *args, **kw):
+        if host == "hub.invalid":
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return real(host, *args, **kw)
+
+    asked = []
+
+    def hf_hub_download(*args, **kw):
+        asked.append(args)
+        raise OSError("the proxy refused the connection")
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", hf_hub_download)
+    with pytest.raises(EdgespecError, match="hub.invalid does not resolve") as e:
+        download(ModelRef("owner/repo", "model.gguf"), endpoint="https://hub.invalid")
+    assert "\n" not in str(e.value) and not asked
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
+    with pytest.raises(EdgespecError, match="proxy refused"):
+        download(ModelRef("owner/repo", "model.gguf"), endpoint="https://hub.invalid")
+    assert len(asked) == 1
+
+
 def test_preset_file_schema():
     raw = json.loads(PRESETS_FILE.read_text())
     presets = load_presets()
