@@ -214,7 +214,7 @@ def serve(host, port, parallel, api_key, **opts) -> None:
                            rpc=opts["rpc"], draft_rpc=opts["draft_rpc"], tensor_split=opts["tensor_split"],
                            output_here=opts["output_here"])
 
-    def ready(engine):
+    def ready(engine, port):
         note_context(engine.target.n_ctx, opts["ctx_size"])
         click.echo(f"edgespec: serving {state.model_id} on http://{host}:{port}/v1 ({parallel} sequences; "
                    f"speculation {engine.auto}); Ctrl-C stops", err=True)

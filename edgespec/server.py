@@ -8,8 +8,10 @@ Extensions beyond OpenAI's fields: `top_k`, `min_p`, `speculative: {"mode": "aut
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import re
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -232,6 +234,26 @@ def prometheus(state: ServerState) -> str:
     return "\n".join(lines) + "\n"
 
 
+_LISTEN_HINTS = {errno.EADDRINUSE: "another program listens there; choose another --port",
+                 errno.EACCES: "ports under 1024 need root; choose another --port",
+                 errno.EADDRNOTAVAIL: "that address is not this machine's; see --host"}
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The server's socket, bound before the model loads: a port in use, or a host that is not this machine's, is
+    one line and exit 1 at once (uvicorn would log its own line and exit 3, the model already loading)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        hint = _LISTEN_HINTS.get(e.errno, "see --host and --port")
+        raise EdgespecError(f"cannot listen on {host}:{port}: {e.strerror or e} ({hint})") from None
+    return sock
+
+
 def _warm_grammar_vocab(engine: BatchEngine) -> None:
     try:
         engine.model.constraint_tokenizer()
@@ -241,7 +263,7 @@ def _warm_grammar_vocab(engine: BatchEngine) -> None:
 
 def serve(state: ServerState, load, host: str, port: int, on_ready=None) -> None:
     """Start listening at once (GET /health says 503 while `load()` builds the engine), then serve until SIGINT or
-    SIGTERM: every running request gets its final chunk, and this returns."""
+    SIGTERM: every running request gets its final chunk, and this returns. on_ready(engine, port) once loaded."""
     import uvicorn
 
     class Server(uvicorn.Server):
@@ -252,6 +274,8 @@ def serve(state: ServerState, load, host: str, port: int, on_ready=None) -> None
                 self.force_exit = True
             self.should_exit = True  # not recorded as captured: a clean stop is exit 0
 
+    sock = _listen(host, port)
+    port = sock.getsockname()[1]  # (--port 0: the one the system chose)
     server = Server(uvicorn.Config(create_app(state), host=host, port=port, log_level="warning",
                                    timeout_graceful_shutdown=30))
     scheduler: list[threading.Thread] = []
@@ -270,12 +294,12 @@ def serve(state: ServerState, load, host: str, port: int, on_ready=None) -> None
         t.start()
         scheduler.append(t)
         if on_ready:
-            on_ready(engine)
+            on_ready(engine, port)
         if server.should_exit:
             engine.stop("length")
 
     threading.Thread(target=loader, name="edgespec-loader", daemon=True).start()
-    server.run()
+    server.run(sockets=[sock])
     if state.engine is not None:
         state.engine.stop("length")
         for t in scheduler:

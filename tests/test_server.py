@@ -323,6 +323,19 @@ def test_a_model_that_cannot_load_is_one_line_and_exit_1(tmp_path):
     assert r.returncode == 1 and r.stderr.count("\n") == 1 and "could not load" in r.stderr, r.stderr
 
 
+def test_a_port_in_use_is_one_line_and_exit_1_before_the_model_loads(tiny_pair):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = subprocess.run([sys.executable, "-m", "edgespec", "serve", "-m", str(tiny_pair[0]), "--port", str(port)],
+                           capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in r.stderr and "--port" in r.stderr
+
+
 def _served_together_equal_the_target_alone(target, draft, prompts, modes, max_tokens):
     """Chat requests from concurrent `openai` clients (more requests than sequences), greedy: each answer is the F16
     target's own, as written alone in this process. Returns the proposed tokens counted by the server."""
