@@ -228,8 +228,11 @@ def constraint_of(grammar_file: str | None, json_schema: str | None, json_object
     elif grammar_file is not None:
         constraint = Constraint("lark" if grammar_file.endswith(".lark") else "gbnf", _read(grammar_file, "grammar"))
     elif json_schema is not None:
-        text = json_schema if json_schema.lstrip().startswith("{") or not Path(json_schema).exists() else \
-            _read(json_schema, "JSON schema")
+        inline = json_schema.lstrip().startswith("{")
+        if not inline and not Path(json_schema).exists() and (json_schema.endswith(".json") or "/" in json_schema):
+            raise click.BadParameter(f"no file {json_schema} (give a schema file, or the schema itself: '{{...}}')",
+                                     param_hint="'--json-schema'")  # a path mistyped, not JSON written wrong
+        text = json_schema if inline or not Path(json_schema).exists() else _read(json_schema, "JSON schema")
         constraint = Constraint("json_schema", text)
     else:
         return None

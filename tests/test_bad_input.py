@@ -99,6 +99,8 @@ def _corpus() -> list[Case]:
              files={"g": 'root ::= "a" missing\n'}),
         Case("grammar file missing", [*gen, "--grammar-file", "{tmp}/none.gbnf"], 2, r"cannot read the grammar"),
         Case("schema not JSON", [*gen, "--json-schema", "{{'type': 'object'}}"], 2, r"the JSON schema is not valid JSON"),
+        Case("schema file missing", [*gen, "--json-schema", "{tmp}/schema.json"], 2,
+             r"--json-schema.*no file .*schema\.json \(give a schema file, or the schema itself"),
         Case("schema not an object", [*gen, "--json-schema", "{s}"], 2, r"a JSON schema must be a JSON object",
              files={"s": "[1, 2]"}),
         Case("two constraints", [*gen, "--json-object", "--json-schema", '{{"type": "object"}}'], 2,
