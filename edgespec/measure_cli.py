@@ -7,13 +7,14 @@ import time
 
 import click
 
-from .options import RPC_OPTIONS
+from .options import RPC_OPTIONS, note_threads
 
 MODEL_OPTIONS = [
     click.option("--model", "-m", metavar="GGUF", help="Target: a file, a preset, or REPO:FILE (default: the "
                  "embedded SmolLM2-135M)."),
     click.option("--draft", "-d", metavar="GGUF", help="Draft model (a preset brings its own)."),
-    click.option("--threads", type=click.IntRange(min=1), help="CPU threads (default: physical cores)."),
+    click.option("--threads", type=click.IntRange(min=1), callback=note_threads,
+                 help="CPU threads (default: physical cores)."),
     click.option("--gpu-layers", default=0, show_default=True, type=int, help="Target layers on the GPU (-1: all)."),
     click.option("--draft-gpu-layers", type=int, help="Draft layers on the GPU (default: as --gpu-layers)."),
     click.option("--ctx-size", "-c", default=2048, show_default=True, type=click.IntRange(min=64)),

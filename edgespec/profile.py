@@ -46,6 +46,14 @@ def cpu() -> str:
     return platform.processor() or platform.machine()
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on: a container's or taskset's share, where os.cpu_count() is the host's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # (not on macOS or Windows)
+        return os.cpu_count() or 1
+
+
 def key(model_path: str, n_threads: int, n_gpu_layers: int, rpc: Sequence[str] = (),
         tensor_split: Sequence[float] = (), output_here: bool = False) -> dict:
     """Everything a timing depends on that can be named: the machine, the build, the file, the settings, and the

@@ -41,6 +41,22 @@ def test_prompt_from_stdin_and_streamed_text(tiny_pair):
     assert "tok/s" in r.stderr and "acceptance" in r.stderr
 
 
+def test_more_threads_than_cpus_is_noted_and_the_default_follows_the_cpus_given(tiny_pair, monkeypatch):
+    from edgespec.backend.llama import default_threads
+    from edgespec.profile import usable_cpus
+
+    n = usable_cpus()
+    r = run("generate", "-m", tiny_pair[0], "-p", "hi", "-n", "3", "-t", "0", "--threads", n + 1, "--json")
+    assert r.returncode == 0 and len(json.loads(r.stdout)["tokens"]) == 3  # said, not refused
+    assert f"--threads {n + 1} is more than the {n} CPUs" in r.stderr
+    assert "more than" not in run("generate", "-m", tiny_pair[0], "-p", "hi", "-n", "1", "--threads", n).stderr
+    import os
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)  # a container given 2 of a host's 64 CPUs
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert usable_cpus() == 2 and default_threads() == 2
+
+
 def test_chat_flag_uses_the_models_template(tiny_pair):
     r = run("generate", "-m", tiny_pair[0], "-p", "hi", "--chat", "--system", "be brief", "-n", "5", "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["stats"]["n_prompt"] > 15

@@ -90,7 +90,11 @@ class _Interruptible:
 
 
 def default_threads() -> int:
-    n = os.cpu_count() or 1
+    """One thread per physical core of the CPUs this process may use (a container limited to 2 of a host's 64 gets
+    2, not 32 threads that spin against each other)."""
+    from ..profile import usable_cpus
+
+    n = usable_cpus()
     return n if n <= 4 else n // 2  # beyond 4 logical CPUs, assume SMT: one thread per physical core
 
 
