@@ -46,12 +46,21 @@ def cpu() -> str:
     return platform.processor() or platform.machine()
 
 
-def usable_cpus() -> int:
-    """The CPUs this process may run on: a container's or taskset's share, where os.cpu_count() is the host's."""
+def usable_cpus(cpu_max: str = "/sys/fs/cgroup/cpu.max") -> int:
+    """The CPUs this process may run on: a taskset's or a container's share (its CPU set, and its quota, as
+    `docker --cpus 2` sets it), where os.cpu_count() is the host's."""
     try:
-        return len(os.sched_getaffinity(0))
+        n = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # (not on macOS or Windows)
-        return os.cpu_count() or 1
+        n = os.cpu_count() or 1
+    try:
+        with open(cpu_max, encoding="utf-8") as f:
+            quota, period = f.read().split()[:2]  # cgroup v2: "max 100000", or "200000 100000" for 2 CPUs
+        if quota != "max":
+            n = min(n, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return n
 
 
 def key(model_path: str, n_threads: int, n_gpu_layers: int, rpc: Sequence[str] = (),

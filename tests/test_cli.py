@@ -41,7 +41,7 @@ def test_prompt_from_stdin_and_streamed_text(tiny_pair):
     assert "tok/s" in r.stderr and "acceptance" in r.stderr
 
 
-def test_more_threads_than_cpus_is_noted_and_the_default_follows_the_cpus_given(tiny_pair, monkeypatch):
+def test_more_threads_than_cpus_is_noted_and_the_default_follows_the_cpus_given(tiny_pair, monkeypatch, tmp_path):
     from edgespec.backend.llama import default_threads
     from edgespec.profile import usable_cpus
 
@@ -55,6 +55,11 @@ def test_more_threads_than_cpus_is_noted_and_the_default_follows_the_cpus_given(
     monkeypatch.setattr(os, "cpu_count", lambda: 64)  # a container given 2 of a host's 64 CPUs
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     assert usable_cpus() == 2 and default_threads() == 2
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
+    quota = tmp_path / "cpu.max"
+    for text, cpus in (("300000 100000\n", 3), ("150000 100000\n", 2), ("max 100000\n", 64), ("junk", 64)):
+        quota.write_text(text)  # a container's quota (docker --cpus 3): cgroup v2's cpu.max
+        assert usable_cpus(str(quota)) == cpus, text
 
 
 def test_chat_flag_uses_the_models_template(tiny_pair):
