@@ -5,6 +5,7 @@ a request's events -> OpenAI's response JSON and SSE chunks (with llama-server's
 """
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import time
@@ -305,6 +306,7 @@ class Answer:
         self.logprobs: list[dict] = []
         self.n_out = 0
         self.calls = CallReader() if how.get("tools") else None  # a stream's tool calls, read as they come
+        self._offset = 0  # a stream's: where the next chunk's first token begins in the text (text_offset)
 
     def add(self, ev: Event) -> None:
         self.text.append(ev.text)
@@ -313,13 +315,17 @@ class Answer:
             if ev.logprob is not None:
                 self.logprobs.append(_token_entry(self.state.engine.model, ev.token, ev.logprob, ev.top))
 
-    def _logprobs_block(self, entries: list[dict]):
+    def _logprobs_block(self, entries: list[dict], offset: int = 0):
+        """The logprobs of these tokens as the endpoint writes them; completions' text_offset counts from `offset`,
+        where the first of them begins in the text."""
         if self.req.logprobs is None:
             return None
         if self.how["chat"]:
             return {"content": entries}
+        starts = list(itertools.accumulate((len(e["token"]) for e in entries[:-1]), initial=offset)) if entries else []
         return {"tokens": [e["token"] for e in entries], "token_logprobs": [e["logprob"] for e in entries],
-                "top_logprobs": [{t["token"]: t["logprob"] for t in e["top_logprobs"]} for e in entries]}
+                "top_logprobs": [{t["token"]: t["logprob"] for t in e["top_logprobs"]} for e in entries],
+                "text_offset": starts}
 
     def body(self, last: Event) -> dict:
         text = "".join(self.text)
@@ -344,8 +350,9 @@ class Answer:
         entries = []
         if ev is not None and ev.logprob is not None:
             entries = [_token_entry(self.state.engine.model, ev.token, ev.logprob, ev.top)]
-        choice = {"index": 0, "logprobs": self._logprobs_block(entries) if ev is not None else None,
+        choice = {"index": 0, "logprobs": self._logprobs_block(entries, self._offset) if ev is not None else None,
                   "finish_reason": _finish(last.finish_reason) if last is not None else None}
+        self._offset += sum(len(e["token"]) for e in entries)
         text = ev.text if ev is not None else ""
         if self.how["chat"] and self.calls is not None and not first:
             done = len(self.calls.calls)

@@ -133,6 +133,28 @@ def test_logprobs_under_speculation_equal_speculation_off(server):
         assert len(a.top_logprobs) == 2
 
 
+def test_completions_logprobs_in_openais_legacy_shape_streamed_or_not(server, reference):
+    """tokens, token_logprobs, top_logprobs (N each) and text_offset (where each token begins in the text); a stream's
+    chunks, joined, are the whole answer's."""
+    client = server.client()
+    p = PROMPTS[1]
+    r = client.completions.create(model="x", prompt=p, max_tokens=12, temperature=0, logprobs=2)
+    lp, text = r.choices[0].logprobs, r.choices[0].text
+    assert text == reference[p].text[:len(text)] and len(lp.tokens) == 12  # (the tiny vocabulary's tokens may be
+    # pieces of a character, each shown as U+FFFD: their text offsets count those)
+    assert lp.text_offset == [len("".join(lp.tokens[:i])) for i in range(12)]
+    assert all(1 <= len(top) <= 2 and t in top for t, top in zip(lp.tokens, lp.top_logprobs))  # (keyed by text:
+    # two pieces shown alike are one key)
+    assert all(x <= 0 for x in lp.token_logprobs)
+    joined = {"tokens": [], "token_logprobs": [], "text_offset": []}
+    for chunk in client.completions.create(model="x", prompt=p, max_tokens=12, temperature=0, logprobs=2, stream=True):
+        if chunk.choices and chunk.choices[0].logprobs is not None:
+            for key in joined:
+                joined[key] += getattr(chunk.choices[0].logprobs, key)
+    assert joined["tokens"] == lp.tokens and joined["text_offset"] == lp.text_offset
+    assert joined["token_logprobs"] == pytest.approx(lp.token_logprobs, abs=1e-6)
+
+
 @pytest.mark.parametrize("body,status,code,param", [
     (b"{not json", 400, None, None),
     ([1, 2], 400, None, None),
