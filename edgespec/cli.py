@@ -191,7 +191,10 @@ def chat(system, chat_format, no_color, grammar_file, json_schema, json_object, 
 @click.option("--parallel", "-np", default=4, show_default=True, type=click.IntRange(1, 64),
               help="Sequences served at once (continuous batching); more requests wait in line.")
 @click.option("--api-key", envvar="EDGESPEC_API_KEY", help="Require Authorization: Bearer KEY.")
-def serve(host, port, parallel, api_key, **opts) -> None:
+@click.option("--allow-origin", "origins", multiple=True, metavar="ORIGIN",
+              help="Let web pages from ORIGIN (e.g. http://localhost:3000; * for any) call the API from a browser "
+                   "(CORS; repeatable). Default: none, so no web page you visit can read answers from it.")
+def serve(host, port, parallel, api_key, origins, **opts) -> None:
     """An OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, /v1/models, /health, /metrics).
 
     \b
@@ -205,7 +208,8 @@ def serve(host, port, parallel, api_key, **opts) -> None:
     if opts["tree_width"] > 1:
         raise click.UsageError("--tree-width is for generate and chat; the server's batches verify chains")
     model, draft, lookup, _ = choose_models(opts)
-    state = ServerState(model_id=os.path.basename(model), defaults=sampling_of(opts), api_key=api_key)
+    state = ServerState(model_id=os.path.basename(model), defaults=sampling_of(opts), api_key=api_key,
+                        origins=tuple(origins))
 
     def load():
         return BatchEngine(model, draft, parallel=parallel, n_ctx=opts["ctx_size"], n_threads=opts["threads"],

@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass, field
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request as HttpRequest
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -38,6 +40,7 @@ class ServerState:
     model_id: str
     defaults: SamplingConfig  # the serve command's sampling options: what a request that names none gets
     api_key: str | None = None
+    origins: tuple[str, ...] = ()  # web pages' origins allowed to call from a browser (CORS); "*" any
     engine: BatchEngine | None = None  # None while loading
     load_error: str | None = None
     created: int = field(default_factory=lambda: int(time.time()))
@@ -168,8 +171,12 @@ def create_app(state: ServerState) -> Starlette:
               Route("/v1/models", models, methods=["GET"]), Route("/v1/models/{model:path}", model, methods=["GET"]),
               Route("/health", health, methods=["GET"]),
               Route("/metrics", metrics, methods=["GET"])]
-    app = Starlette(routes=routes, exception_handlers={404: _not_found, 405: _not_allowed, 500: _server_error})
-    return app
+    # Browsers ask before a page calls another origin; answered only for the origins given (--allow-origin), so a web
+    # page a user visits cannot drive the model on localhost unless they said so.
+    middleware = [Middleware(CORSMiddleware, allow_origins=list(state.origins), allow_methods=["GET", "POST"],
+                             allow_headers=["*"], max_age=600)] if state.origins else []
+    return Starlette(routes=routes, middleware=middleware,
+                     exception_handlers={404: _not_found, 405: _not_allowed, 500: _server_error})
 
 
 async def _not_found(request, exc):

@@ -291,6 +291,25 @@ def test_a_client_that_leaves_mid_stream_frees_its_sequence(server):
     assert server.metric("active_sequences") == 0
 
 
+def test_browsers_may_call_only_from_the_origins_allowed(server, tiny_pair):
+    """CORS: none by default (a page the user visits cannot read answers from localhost); --allow-origin lets the
+    named origins' pages call, preflight included, and no other."""
+    page = {"Origin": "http://localhost:3000"}
+    assert "access-control-allow-origin" not in httpx.get(server.url + "/v1/models", headers=page).headers
+    s = Server("-m", tiny_pair[0], "-c", "512", "--threads", "2", "--allow-origin", "http://localhost:3000")
+    try:
+        asked = httpx.options(s.url + "/v1/chat/completions", headers={
+            **page, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization, content-type"})
+        assert asked.status_code == 200 and asked.headers["access-control-allow-origin"] == "http://localhost:3000"
+        r = httpx.post(s.url + "/v1/completions", json={"prompt": "hi", "max_tokens": 2}, headers=page, timeout=60)
+        assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "http://localhost:3000"
+        other = {"Origin": "http://evil.example", "Access-Control-Request-Method": "POST"}
+        assert httpx.options(s.url + "/v1/chat/completions", headers=other).status_code == 400
+        assert "access-control-allow-origin" not in httpx.get(s.url + "/v1/models", headers=other).headers
+    finally:
+        assert s.stop() == 0
+
+
 def test_an_api_key_is_required_when_set(tiny_pair):
     s = Server("-m", tiny_pair[0], "-c", "512", "--api-key", "sesame", "--threads", "2")
     try:
