@@ -203,11 +203,14 @@ def serve(host, port, parallel, api_key, origins, **opts) -> None:
     running requests get their final chunk, exit 0.
     """
     from .batch import BatchEngine
-    from .server import ServerState, serve as run_server
+    from .server import ServerState, loopback, serve as run_server
 
     if opts["tree_width"] > 1:
         raise click.UsageError("--tree-width is for generate and chat; the server's batches verify chains")
     model, draft, lookup, _ = choose_models(opts)
+    if not api_key and not loopback(host):
+        click.echo(f"edgespec: note: listening on {host} without --api-key: anyone who can reach this machine "
+                   "can use the model", err=True)
     state = ServerState(model_id=os.path.basename(model), defaults=sampling_of(opts), api_key=api_key,
                         origins=tuple(origins))
 

@@ -241,6 +241,11 @@ def prometheus(state: ServerState) -> str:
     return "\n".join(lines) + "\n"
 
 
+def loopback(host: str) -> bool:
+    """Whether an address to listen on is reachable from this machine alone."""
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
 _LISTEN_HINTS = {errno.EADDRINUSE: "another program listens there; choose another --port",
                  errno.EACCES: "ports under 1024 need root; choose another --port",
                  errno.EADDRNOTAVAIL: "that address is not this machine's; see --host"}

@@ -364,6 +364,13 @@ def test_a_model_that_cannot_load_is_one_line_and_exit_1(tmp_path):
     assert r.returncode == 1 and r.stderr.count("\n") == 1 and "could not load" in r.stderr, r.stderr
 
 
+def test_an_address_beyond_this_machine_without_a_key_is_noted():
+    from edgespec.server import loopback
+
+    assert all(loopback(h) for h in ("127.0.0.1", "127.0.0.2", "localhost", "::1"))
+    assert not any(loopback(h) for h in ("0.0.0.0", "::", "", "192.168.1.5", "example.com"))
+
+
 def test_a_port_in_use_is_one_line_and_exit_1_before_the_model_loads(tiny_pair):
     import socket
 
