@@ -1,7 +1,8 @@
 """One generation's rounds of proposals from a chain of proposers (drafting.py owns their policies): each part
 proposes in turn from where the earlier ones stopped, up to what its own policy wants; behind a free part (prompt
 lookup), a part that costs time plans the round by expected gain (DraftLength.plan); a draft model's second choices
-and branch become a verification tree's leaves (chain_trees.py). After verification each part hears its share, and
+and branch become a verification tree's leaves (chain_trees.py), and a draft model may hand its round on to
+lookup's continuation of its tokens (chain_handoff.py). After verification each part hears its share, and
 a part that drafted at a cost hears how the round turned out against what was expected (DraftLength.outcomes).
 """
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .backend import common_prefix
+from .chain_handoff import ChainHandOff
 from .chain_trees import ChainTrees
 from .costs import CATCH_UP_HORIZON
 from .proposers import EMPTY, DraftModelProposer, Proposal, Proposer
@@ -24,8 +26,6 @@ from .tuning import Decision, DraftLength
 
 CATCH_UP_LIMIT = 32  # a probe whose proposer has more than this to read first waits for the next text
 PROBE_READ_SHARE = 0.05  # ... or more to read than this share of what the tokens left would take plainly
-HAND_OFF_MATCH = 3  # a draft model hands a round on to lookup's continuation of a match this long or longer ...
-HAND_OFF_ROWS = 4  # ... pricing lookup's next token at the mean of this many more verify rows (_hand_off)
 
 
 def _behind(part: Proposer, seq: Sequence[int]) -> int:
@@ -90,7 +90,7 @@ class _Round:
             self.pushed = j
 
 
-class Chain(ChainTrees):
+class Chain(ChainTrees, ChainHandOff):
     def __init__(self, links: list[Link], k_max: int | None, adaptive: bool | None, tree_width: int = 1) -> None:
         self.links = links
         self.k_max, self.adaptive = k_max, adaptive
@@ -281,66 +281,6 @@ class Chain(ChainTrees):
             link.alternatives = prop.alternatives[:link.n]
             link.branch = prop.branch if prop.branch and prop.branch[0] < link.n else None
         r.add(prop, link.n)
-
-    def _tail(self, seq: list[int], tokens: list[int], room: int, reading: float) -> int:
-        """After a draft model's tokens, prompt lookup's continuation of them (a quotation the draft began, which
-        lookup could not see from the text alone), as many of its tokens as lower the round's expected time per
-        token: each costs its verify row and passes with lookup's estimate for that kind of match (a kind of its
-        own, `...:tail`), once all before it pass. Appends them to tokens; returns how many."""
-        lead, last = self.links[0], self._used[-1] if self._used else None
-        if len(self.links) < 2 or last is None or not last.n or last.policy.free or not lead.policy.free or \
-                not (last.policy.adaptive if self.adaptive is None else self.adaptive) or \
-                not hasattr(lead.part, "match_after"):
-            return 0
-        n = len(tokens)
-        most = min(room, lead.policy.k_max if self.k_max is None else self.k_max) - n  # (a round's K holds for it too)
-        if most <= 0:
-            return 0
-        offered, key = lead.part.match_after(seq, tokens, most)
-        key = f"{key}:tail"  # (its own kind: a match the draft's tokens made, which may pass at another rate)
-        base = self._expectation(n, reading) if offered else None
-        if base is None:
-            return 0
-        reach = 1.0
-        for a in self._accept():
-            reach *= a
-        best = lead.policy.keep_after(len(offered), key, n, base[1], base[2], reach)
-        link = Link(lead.part, lead.policy, start=n, n=best, key=key, offered=list(offered))
-        self._offers.append(link)  # (declined too: it learns from the target's tokens, as lookup's own matches)
-        if best:
-            self._used.append(link)
-            tokens += offered[:best]
-        return best
-
-    def _hand_off(self, seq: list[int], before: list[int], link: Link) -> Callable[[Sequence[int]], bool] | None:
-        """For a draft model drafting by cost behind prompt lookup (the chain's free lead): after its tokens so far,
-        whether to stop and leave the rest of the round to lookup's continuation of them (_tail), which costs a
-        verify row a token where each more drafted token costs a row and a draft step. It stops where lookup
-        continues them from a match of HAND_OFF_MATCH tokens or more (shorter ones are common words as often as
-        quotations) and lookup's next token, passing as that kind of continuation has, costs less per expected
-        token than the draft's next one, passing at its position's rate: its row (the mean of the next
-        HAND_OFF_ROWS rows, as a verify curve need not rise evenly) and the reading the draft model will do of it,
-        against a row and a draft step. A quotation the draft model began is then copied, not drafted token by
-        token. Rounds by cost only: a learning round's length is what it measures. None: no lead to hand off to."""
-        lead = self.links[0]
-        if len(self.links) < 2 or link is lead or self.tree_width > 1 or not lead.policy.free or \
-                not hasattr(lead.part, "match_after"):
-            return None
-        before, cost, stop = list(before), link.policy.cost, link.stop
-
-        def hand_off(drafted: Sequence[int]) -> bool:
-            offered, key = lead.part.match_after(seq, [*before, *drafted], 1)
-            if not offered or int(key.split(":")[1]) < HAND_OFF_MATCH:  # (key: "lookup:N" or "lookup:N:own")
-                return False
-            tail = lead.policy.keyed(f"{key}:tail").acceptances(1)[0]
-            mine = cost.acceptances(len(drafted) + 1)[-1]
-            rows = len(before) + len(drafted) + 1
-            r = max(1, min(HAND_OFF_ROWS, stop.most - len(drafted)))
-            start, end = cost.t_verify(rows), cost.t_verify(rows + r)
-            row = max(0.0, end - start) / r if start is not None and end is not None else 0.0
-            read = getattr(link.part, "read_s", None) or 0.0
-            return tail * (row + stop.step_s) >= mine * (row + read)
-        return hand_off
 
     def _probe_too_dear(self, link: Link, seq: list[int], cap: int) -> bool:
         """Whether a probe due now would first have its draft model read more than a probe can repay: over

@@ -1,0 +1,76 @@
+"""A draft model's round handed on to prompt lookup (a mixin of chain.Chain): where the draft model began a quotation
+that lookup could not see from the text alone, lookup's continuation of its tokens (the round's tail) costs a verify
+row a token, where each more drafted token costs a row and a draft step."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable, Sequence
+
+if TYPE_CHECKING:
+    from .chain import Link
+
+HAND_OFF_MATCH = 3  # a draft model hands a round on to lookup's continuation of a match this long or longer ...
+HAND_OFF_ROWS = 4  # ... pricing lookup's next token at the mean of this many more verify rows (_hand_off)
+
+
+class ChainHandOff:
+    def _tail(self, seq: list[int], tokens: list[int], room: int, reading: float) -> int:
+        """After a draft model's tokens, prompt lookup's continuation of them (a quotation the draft began, which
+        lookup could not see from the text alone), as many of its tokens as lower the round's expected time per
+        token: each costs its verify row and passes with lookup's estimate for that kind of match (a kind of its
+        own, `...:tail`), once all before it pass. Appends them to tokens; returns how many."""
+        lead, last = self.links[0], self._used[-1] if self._used else None
+        if len(self.links) < 2 or last is None or not last.n or last.policy.free or not lead.policy.free or \
+                not (last.policy.adaptive if self.adaptive is None else self.adaptive) or \
+                not hasattr(lead.part, "match_after"):
+            return 0
+        n = len(tokens)
+        most = min(room, lead.policy.k_max if self.k_max is None else self.k_max) - n  # (a round's K holds for it too)
+        if most <= 0:
+            return 0
+        offered, key = lead.part.match_after(seq, tokens, most)
+        key = f"{key}:tail"  # (its own kind: a match the draft's tokens made, which may pass at another rate)
+        base = self._expectation(n, reading) if offered else None
+        if base is None:
+            return 0
+        reach = 1.0
+        for a in self._accept():
+            reach *= a
+        best = lead.policy.keep_after(len(offered), key, n, base[1], base[2], reach)
+        from . import chain  # (which imports this module)
+
+        link = chain.Link(lead.part, lead.policy, start=n, n=best, key=key, offered=list(offered))
+        self._offers.append(link)  # (declined too: it learns from the target's tokens, as lookup's own matches)
+        if best:
+            self._used.append(link)
+            tokens += offered[:best]
+        return best
+
+    def _hand_off(self, seq: list[int], before: list[int], link: Link) -> Callable[[Sequence[int]], bool] | None:
+        """For a draft model drafting by cost behind prompt lookup (the chain's free lead): after its tokens so far,
+        whether to stop and leave the rest of the round to lookup's continuation of them (_tail), which costs a
+        verify row a token where each more drafted token costs a row and a draft step. It stops where lookup
+        continues them from a match of HAND_OFF_MATCH tokens or more (shorter ones are common words as often as
+        quotations) and lookup's next token, passing as that kind of continuation has, costs less per expected
+        token than the draft's next one, passing at its position's rate: its row (the mean of the next
+        HAND_OFF_ROWS rows, as a verify curve need not rise evenly) and the reading the draft model will do of it,
+        against a row and a draft step. A quotation the draft model began is then copied, not drafted token by
+        token. Rounds by cost only: a learning round's length is what it measures. None: no lead to hand off to."""
+        lead = self.links[0]
+        if len(self.links) < 2 or link is lead or self.tree_width > 1 or not lead.policy.free or \
+                not hasattr(lead.part, "match_after"):
+            return None
+        before, cost, stop = list(before), link.policy.cost, link.stop
+
+        def hand_off(drafted: Sequence[int]) -> bool:
+            offered, key = lead.part.match_after(seq, [*before, *drafted], 1)
+            if not offered or int(key.split(":")[1]) < HAND_OFF_MATCH:  # (key: "lookup:N" or "lookup:N:own")
+                return False
+            tail = lead.policy.keyed(f"{key}:tail").acceptances(1)[0]
+            mine = cost.acceptances(len(drafted) + 1)[-1]
+            rows = len(before) + len(drafted) + 1
+            r = max(1, min(HAND_OFF_ROWS, stop.most - len(drafted)))
+            start, end = cost.t_verify(rows), cost.t_verify(rows + r)
+            row = max(0.0, end - start) / r if start is not None and end is not None else 0.0
+            read = getattr(link.part, "read_s", None) or 0.0
+            return tail * (row + stop.step_s) >= mine * (row + read)
+        return hand_off
