@@ -181,7 +181,7 @@ def parse(body, state: ServerState, is_chat: bool) -> tuple[Request, dict]:
             raise BadRequest("give 'tools' or a response format, not both", "response_format")
         constraint = tools.constraint(special_markers(engine.model))
     if is_chat:
-        tokens = chat.tokenize(engine.model, _messages(body), tools=tools.for_template() if tools else None)
+        tokens, echo = chat.tokenize(engine.model, _messages(body), tools=tools.for_template() if tools else None), ""
     else:
         tokens, echo = _prompt(body, engine.model)
     d = state.defaults
@@ -222,11 +222,11 @@ def parse(body, state: ServerState, is_chat: bool) -> tuple[Request, dict]:
     include_usage = bool(isinstance(options, dict) and options.get("include_usage"))
     req = Request(list(tokens), max_tokens, sampling, _stop(body), mode, draft_max, logprobs,
                   constraint=constraint)
-    if not is_chat and echo and logprobs is not None:
+    if echo and logprobs is not None:
         raise BadRequest("'echo' with 'logprobs' would need the prompt's log-probabilities, which edgespec does not "
                          "compute; ask for one or the other", "echo", "unsupported_value")
     return req, {"stream": stream, "include_usage": include_usage, "chat": is_chat,
-                 "tools": tools is not None and tools.active, "echo": "" if is_chat else echo}
+                 "tools": tools is not None and tools.active, "echo": echo}
 
 
 def _prompt(body: dict, model) -> tuple[list[int], str]:
