@@ -192,7 +192,7 @@ def parse(body, state: ServerState, is_chat: bool) -> tuple[Request, dict]:
         raise BadRequest("'seed' must be an integer", "seed")
     sampling = SamplingConfig(temperature=_number(body, "temperature", d.temperature, 0, 2),
                               top_k=_number(body, "top_k", d.top_k, 0, 10 ** 6, integer=True),
-                              top_p=_number(body, "top_p", d.top_p, 1e-9, 1),
+                              top_p=_number(body, "top_p", d.top_p, 0, 1),
                               min_p=_number(body, "min_p", d.min_p, 0, 1),
                               seed=None if seed is None or seed < 0 else seed % 2 ** 64,
                               repeat_penalty=_number(body, "repeat_penalty", d.repeat_penalty, 1e-3, 10),

@@ -107,7 +107,7 @@ ENGINE_OPTIONS = [
     _option("--temperature", "-t", default=0.8, show_default=True, type=Finite(min=0),
                  help="0 = greedy, identical to the target alone token for token."),
     _option("--top-k", default=40, show_default=True, type=click.IntRange(min=0), help="0 = off."),
-    _option("--top-p", default=0.95, show_default=True, type=Finite(0, 1, min_open=True)),
+    _option("--top-p", default=0.95, show_default=True, type=Finite(0, 1)),
     _option("--min-p", default=0.05, show_default=True, type=Finite(0, 1)),
     _option("--seed", type=click.IntRange(min=-1), help="Seed for sampling (reproducible runs); -1: a random one."),
     _option("--repeat-penalty", default=1.0, show_default=True, type=Finite(min=0, min_open=True),

@@ -20,7 +20,7 @@ class SamplingConfig:
 
     temperature: float = 0.8
     top_k: int = 40  # 0 = off
-    top_p: float = 0.95  # 1.0 = off
+    top_p: float = 0.95  # 1.0 = off; 0.0 = the most likely token only
     min_p: float = 0.05  # 0.0 = off
     seed: int | None = None
     # History-dependent (llama.cpp's penalties sampler, over the last repeat_last_n tokens of prompt and output): a
@@ -43,8 +43,8 @@ class SamplingConfig:
             raise InvalidArgument(f"temperature must be >= 0, got {self.temperature}")
         if self.top_k < 0:
             raise InvalidArgument(f"top_k must be >= 0, got {self.top_k}")
-        if not 0.0 < self.top_p <= 1.0:
-            raise InvalidArgument(f"top_p must be in (0, 1], got {self.top_p}")
+        if not 0.0 <= self.top_p <= 1.0:  # 0 keeps only the most likely token, as in llama.cpp and OpenAI's API
+            raise InvalidArgument(f"top_p must be in [0, 1], got {self.top_p}")
         if not 0.0 <= self.min_p <= 1.0:
             raise InvalidArgument(f"min_p must be in [0, 1], got {self.min_p}")
         if self.repeat_penalty <= 0:

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -12,7 +14,9 @@ import tiny_models  # noqa: E402
 
 # measured profiles (profile.py) go to a folder of this run, never the user's cache; servers and CLIs started by the
 # tests inherit it
-os.environ.setdefault("EDGESPEC_PROFILES", tempfile.mkdtemp(prefix="edgespec-test-profiles-"))
+if "EDGESPEC_PROFILES" not in os.environ:
+    os.environ["EDGESPEC_PROFILES"] = _run_profiles = tempfile.mkdtemp(prefix="edgespec-test-profiles-")
+    atexit.register(shutil.rmtree, _run_profiles, ignore_errors=True)  # nothing left in /tmp after the run
 
 
 

@@ -77,7 +77,7 @@ def _corpus() -> list[Case]:
         Case("temperature nan", [*gen, "-t", "nan"], 2, r"--temperature.*nan is not a finite number.*--help"),
         Case("temperature inf", [*gen, "-t", "inf"], 2, r"inf is not a finite number"),
         Case("temperature negative", [*gen, "-t", "-1"], 2, r"--temperature.*-1.*range"),
-        Case("top-p zero", [*gen, "--top-p", "0"], 2, r"--top-p"),
+        Case("top-p negative", [*gen, "--top-p", "-0.5"], 2, r"--top-p"),
         Case("top-p above one", [*gen, "--top-p", "1.5"], 2, r"--top-p"),
         Case("top-p nan", [*gen, "--top-p", "nan"], 2, r"not a finite number"),
         Case("min-p negative", [*gen, "--min-p", "-0.1"], 2, r"--min-p"),

@@ -46,10 +46,16 @@ def test_sample_follows_distribution():
     np.testing.assert_allclose(counts / 20000, p, atol=0.015)
 
 
-@pytest.mark.parametrize("bad", [dict(temperature=-1), dict(top_k=-1), dict(top_p=0), dict(min_p=1.5)])
+@pytest.mark.parametrize("bad", [dict(temperature=-1), dict(top_k=-1), dict(top_p=-0.1), dict(min_p=1.5)])
 def test_invalid_config_is_refused(bad):
     with pytest.raises(ValueError):
         SamplingConfig(**bad)
+
+
+def test_top_p_zero_keeps_the_most_likely_token():
+    """top_p 0 is legal (llama.cpp and OpenAI's API take it): the most likely token only, ties by the lowest id."""
+    np.testing.assert_array_equal(probabilities(LOGITS, SamplingConfig(temperature=1.0, top_p=0.0, min_p=0.0)),
+                                  np.eye(len(LOGITS))[int(np.argmax(LOGITS))])
 
 
 # ---- large vocabularies: top-k by groups, sampling by blocks, rows computed on demand ---------------------------

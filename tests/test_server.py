@@ -231,6 +231,15 @@ def test_penalties_and_logit_bias_equal_the_target_alone(server, engine):
         assert r.choices[0].text == ref.text, p
 
 
+def test_top_p_zero_samples_the_most_likely_token(server, reference):
+    """top_p 0, which OpenAI's API and llama.cpp take, keeps one token: at any temperature the greedy answer."""
+    client = server.client()
+    for p in PROMPTS[:3]:
+        r = client.completions.create(model="x", prompt=p, max_tokens=30, temperature=1.5, top_p=0, seed=1,
+                                      extra_body={"speculative": {"mode": "hybrid", "draft_max": 4}})
+        assert r.choices[0].text == reference[p].text, p
+
+
 def test_ignore_eos_runs_every_answer_to_max_tokens(server):
     client = server.client()
     for p in PROMPTS[:4]:
