@@ -140,7 +140,9 @@ class Repl:
         elif name in ("/save", "/load"):
             if not arg:
                 self.say(f"usage: {name} FILE")
-            elif name == "/save":
+                return True
+            arg = os.path.expanduser(arg)  # ~/chat.json, as a shell would read it
+            if name == "/save":
                 try:
                     self.conv.save(arg)
                     self.saved = len(self.conv.turns)

@@ -52,6 +52,15 @@ def test_piped_chat_answers_each_line_and_remembers(tiny_pair, tmp_path):
     assert "\x1b[" not in r.stdout  # no colour when not a terminal
 
 
+def test_save_and_load_read_a_tilde_as_the_home_folder(tiny_pair, tmp_path):
+    script = "hello\n/save ~/c.json\n/reset\n/load ~/c.json\n/stats\n"
+    r = subprocess.run([sys.executable, "-m", "edgespec", "chat", "-m", str(tiny_pair[0]), "-n", "4", "-t", "0"],
+                       input=script, capture_output=True, text=True, timeout=60, env={**os.environ, "HOME": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    assert f"saved 2 messages to {tmp_path / 'c.json'}" in r.stderr and "loaded 2 messages" in r.stderr
+    assert [m["role"] for m in json.loads((tmp_path / "c.json").read_text())["messages"]] == ["user", "assistant"]
+
+
 class Terminal:
     """A program on a pseudo-terminal: what a person at a terminal sees and types (Ctrl-C included)."""
 
