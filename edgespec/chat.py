@@ -40,6 +40,9 @@ def render(model: Model, messages: Sequence[Message], template: str | None = Non
     Such text is swapped for a placeholder before rendering (so the template treats the content as it would) and
     put back after, noting where it went. `tools` (OpenAI's function list) go to a template that knows them; one
     that does not gets them described in the system message (tools.py)."""
+    if isinstance(messages, (str, bytes, dict)) or not all(isinstance(m, (dict, tuple, list)) for m in messages):
+        raise EdgespecError("messages must be a list of chat messages, each a {'role', 'content'} dict or a "
+                            f"(role, content) pair; got {type(messages).__name__}")
     msgs = [m if isinstance(m, dict) else {"role": m[0] if len(m) else None, "content": m[1] if len(m) > 1 else None}
             for m in messages]
     for m in msgs:

@@ -201,6 +201,9 @@ def test_messages_must_be_text(engine):
             engine.tokenize_chat(msgs)
     with pytest.raises(EdgespecError, match="must be text"):
         engine.tokenize(b"bytes")
+    for not_a_list in ("hello", {"role": "user", "content": "hi"}, ["hello"]):  # a message where a list of them goes
+        with pytest.raises(EdgespecError, match="messages must be a list of chat messages"):
+            engine.tokenize_chat(not_a_list)
 
 
 def test_per_call_limits_keep_the_fallback_and_its_backoff(tiny_pair):
