@@ -102,9 +102,11 @@ def settable_options() -> dict[str, click.Parameter]:
 @click.option("--chat", "use_chat", is_flag=True,
               help="Wrap the prompt in the model's own chat template (its text stays text: never control tokens).")
 @click.option("--system", help="System message (with --chat).")
+@click.option("--suffix", help="Fill in the middle: the text after the gap, the prompt being the text before it "
+                               "(a model with FIM tokens: Qwen2.5-Coder, CodeLlama, StarCoder2...).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object: text, tokens, finish_reason, stats.")
 @constraint_options
-def generate(prompt, use_chat, system, as_json, grammar_file, json_schema, json_object, **opts) -> None:
+def generate(prompt, use_chat, system, suffix, as_json, grammar_file, json_schema, json_object, **opts) -> None:
     """Generate one completion and exit.
 
     Without --chat the prompt is the model's input as written: text such as <|im_end|> in it is that control
@@ -114,6 +116,10 @@ def generate(prompt, use_chat, system, as_json, grammar_file, json_schema, json_
     prompt = text_arg(prompt, "the prompt")
     if system is not None:
         system = text_arg(system, "--system")
+    if suffix is not None:
+        suffix = text_arg(suffix, "--suffix")
+        if use_chat:
+            raise click.UsageError("--suffix frames raw text (fill in the middle); it does not go with --chat")
     if system is not None and not use_chat:
         from click.core import ParameterSource
 
@@ -123,7 +129,7 @@ def generate(prompt, use_chat, system, as_json, grammar_file, json_schema, json_
     sampling = sampling_of(opts)
     constraint = constraint_of(grammar_file, json_schema, json_object)
     engine = load_engine(opts)
-    tokens = engine.tokenize(prompt, chat_format=use_chat, system=system)
+    tokens = engine.tokenize(prompt, chat_format=use_chat, system=system, suffix=suffix)
     _run(engine, tokens, sampling, 256 if opts["max_tokens"] is None else opts["max_tokens"], opts["stop"], as_json,
          constraint)
 

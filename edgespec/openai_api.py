@@ -12,7 +12,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING
 
-from . import chat
+from . import chat, fim
 from .batch import MODES, Event, Request
 from .constraints import Constraint
 from .errors import EdgespecError, InvalidArgument
@@ -231,11 +231,12 @@ def parse(body, state: ServerState, is_chat: bool) -> tuple[Request, dict]:
 
 def _prompt(body: dict, model) -> tuple[list[int], str]:
     """/v1/completions' prompt -> its tokens, and the text `echo` puts before the completion ("" without echo).
-    Fields that would change what the answer means are refused rather than ignored: `suffix` (fill in the middle)
-    and `best_of` > 1."""
-    if body.get("suffix"):
-        raise BadRequest("'suffix' (fill in the middle) is not supported; send the text before the gap as 'prompt'",
-                         "suffix", "unsupported_value")
+    A `suffix` asks for the text between the prompt and it (fill in the middle, fim.py), as Ollama and
+    llama-cpp-python read it: a model without FIM tokens is refused, not asked an ordinary completion that would
+    ignore it. `best_of` > 1 is refused too, not ignored."""
+    suffix = body.get("suffix")
+    if suffix is not None and not isinstance(suffix, str):
+        raise BadRequest("'suffix' must be a string", "suffix")
     if body.get("best_of") not in (None, 1):
         raise BadRequest("only best_of = 1 is supported", "best_of", "unsupported_value")
     echo = body.get("echo", False)
@@ -244,6 +245,16 @@ def _prompt(body: dict, model) -> tuple[list[int], str]:
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]
+    if suffix:  # ("" is no suffix, as in OpenAI's API and Ollama's)
+        if not isinstance(prompt, str):
+            raise BadRequest("with a 'suffix', 'prompt' must be the text before the gap, a string", "prompt")
+        if echo:
+            raise BadRequest("'echo' with a 'suffix' is not defined; ask for one or the other", "echo",
+                             "unsupported_value")
+        try:
+            return fim.tokens(model, prompt, suffix), ""
+        except EdgespecError as e:
+            raise BadRequest(str(e), "suffix", "unsupported_value") from None
     if isinstance(prompt, str):
         # a raw prompt, as written (llama.cpp's completion semantics)
         return model.tokenize(prompt), prompt if echo else ""

@@ -44,6 +44,14 @@ def tiny_pair(tiny_dir) -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="session")
+def fim_pair(tiny_dir) -> tuple[Path, Path]:
+    """The tiny pair with fill-in-the-middle tokens (tiny_models.FIM)."""
+    base = tiny_models.weights(0)
+    return (tiny_models.write(tiny_dir / "target-fim.gguf", base, fim=True),
+            tiny_models.write(tiny_dir / "draft-fim.gguf", tiny_models.perturbed(base, DRAFT_NOISE, 1), fim=True))
+
+
+@pytest.fixture(scope="session")
 def smollm_f16(tmp_path_factory) -> Path:
     """SmolLM2 in F16: its batched and single-row logits agree, so greedy identity is exact (its Q4_1 file drafts)."""
     from edgespec import backend, default_model

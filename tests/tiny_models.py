@@ -31,11 +31,18 @@ def _byte_tokens() -> list[str]:
 MERGES = ["Ġ t", "h e", "Ġt he", "i n"]
 
 
-def vocab(rename: dict[int, str] | None = None) -> tuple[list[str], list[int]]:
+# Fill-in-the-middle tokens as Qwen2.5-Coder names them (llama.cpp finds them by these texts), in place of the byte
+# tokens of \x01-\x04, which no test text holds.
+FIM = {1: "<|fim_prefix|>", 2: "<|fim_suffix|>", 3: "<|fim_middle|>", 4: "<|fim_pad|>"}
+
+
+def vocab(rename: dict[int, str] | None = None, fim: bool = False) -> tuple[list[str], list[int]]:
     tokens = _byte_tokens() + [m.replace(" ", "") for m in MERGES] + ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     types = [gguf.TokenType.NORMAL] * (len(tokens) - 3) + [gguf.TokenType.CONTROL] * 3
     for i, text in (rename or {}).items():
         tokens[i] = text
+    for i, text in (FIM if fim else {}).items():
+        tokens[i], types[i] = text, gguf.TokenType.CONTROL
     return tokens, types
 
 
@@ -77,9 +84,9 @@ NO_SYSTEM = ("{% if messages[0]['role'] == 'system' %}{{ raise_exception('System
 
 
 def write(path: Path, tensors: dict[str, np.ndarray], eos: int = EOT, rename: dict[int, str] | None = None,
-          chat_template: str | None = CHATML) -> Path:
+          chat_template: str | None = CHATML, fim: bool = False) -> Path:
     """Write one model. `eos` picks the end-of-generation token; `rename` changes token texts (pair-check tests);
-    chat_template None writes none. A tensor given as (bytes, type) is written as that quantised type (the bytes
+    chat_template None writes none; fim: with fill-in-the-middle tokens (FIM). A tensor given as (bytes, type) is written as that quantised type (the bytes
     from gguf.quants.quantize)."""
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_name("edgespec-tiny")
@@ -92,7 +99,7 @@ def write(path: Path, tensors: dict[str, np.ndarray], eos: int = EOT, rename: di
     w.add_rope_dimension_count(N_EMBD // N_HEAD)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
-    tokens, types = vocab(rename)
+    tokens, types = vocab(rename, fim)
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("default")
     w.add_token_list(tokens)

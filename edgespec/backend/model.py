@@ -118,6 +118,13 @@ class Model(_Freed):
     def add_eos(self) -> bool:
         return bool(ll.llama_vocab_get_add_eos(self._open()))
 
+    @property
+    def fim_ids(self) -> tuple[int, int, int] | None:
+        """Fill in the middle: the (prefix, suffix, middle) tokens, or None where the vocabulary lacks them."""
+        vocab = self._open()
+        ids = (ll.llama_vocab_fim_pre(vocab), ll.llama_vocab_fim_suf(vocab), ll.llama_vocab_fim_mid(vocab))
+        return None if min(ids) < 0 else ids
+
     def token_text(self, token: int) -> bytes:
         """The vocabulary entry as stored (what the pair check compares)."""
         self.check_tokens([token])
