@@ -33,15 +33,20 @@ MAX_TREE_WIDTH = 4  # MODE@W: verification trees of up to W branches (the contex
 
 @dataclass(frozen=True)
 class Item:
-    """One prompt of a workload: plain text (a user message) or a chat's messages, ending with the user's turn."""
+    """One prompt of a workload: plain text (a user message), a chat's messages ending with the user's turn, or
+    the text before and after a gap to fill (suffix: an editor's completion at the cursor, raw text framed with
+    the model's FIM tokens)."""
 
     category: str
     prompt: str | None = None
     messages: tuple | None = None
+    suffix: str | None = None
 
     def tokens(self, engine: Engine) -> list[int]:
         if self.messages is not None:
             return engine.tokenize_chat([dict(m) for m in self.messages])
+        if self.suffix is not None:
+            return engine.tokenize(self.prompt, suffix=self.suffix)
         return engine.tokenize(self.prompt, chat_format=True)
 
 
@@ -51,8 +56,13 @@ def _item(obj, where: str) -> Item:
     category = obj.get("category", "prompts")
     if not isinstance(category, str) or not category:
         raise InvalidArgument(f"{where}: \"category\" must be a non-empty string")
+    suffix = obj.get("suffix")
+    if suffix is not None and not isinstance(suffix, str):
+        raise InvalidArgument(f"{where}: \"suffix\" must be text (the text after the gap to fill)")
     if isinstance(obj.get("prompt"), str) and obj["prompt"]:
-        return Item(category, prompt=obj["prompt"])
+        return Item(category, prompt=obj["prompt"], suffix=suffix)
+    if suffix is not None:
+        raise InvalidArgument(f"{where}: a \"suffix\" goes with a \"prompt\", the text before the gap")
     messages = obj.get("messages")
     if (isinstance(messages, list) and messages and all(isinstance(m, dict) and isinstance(m.get("content"), str)
                                                         and m.get("role") in ("system", "user", "assistant")
@@ -70,7 +80,8 @@ def builtin() -> list[Item]:
 
 
 def read_jsonl(path: str | os.PathLike) -> list[Item]:
-    """The user's workload: one JSON object per line, {"prompt": ...} or {"messages": [...]}, optional "category"."""
+    """The user's workload: one JSON object per line, {"prompt": ...}, {"messages": [...]} or {"prompt": BEFORE,
+    "suffix": AFTER} (fill in the middle), optional "category"."""
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as e:

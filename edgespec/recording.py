@@ -13,6 +13,7 @@ import numpy as np
 from .backend import Context, Model
 from .benchmark import Item
 from .engine import DEFAULT_CTX, Engine
+from .errors import InvalidArgument
 from .pairing import VocabInfo, check_pair
 from .replay import FORMAT, VERSION
 
@@ -22,6 +23,8 @@ VERIFY_ROWS = 17  # ... and up to this many, with every row's logits (a verify o
 
 def item_messages(item: Item) -> list[tuple[str, str]]:
     """The chat an item of a workload stands for, as Item.tokens() renders it."""
+    if item.suffix is not None:
+        raise InvalidArgument("a replay records chats; a fill-in-the-middle item (\"suffix\") cannot be recorded")
     if item.messages is not None:
         return [(dict(m)["role"], dict(m)["content"]) for m in item.messages]
     return [("user", item.prompt)]
@@ -109,6 +112,8 @@ def record(target_path: str, draft_path: str, items: Sequence[Item], max_tokens:
            repeats: int = 5) -> dict:
     """Record what a replay needs of a pair on these items (see the module's docstring). Timed first, so run it
     alone on the machine for the costs to be this machine's."""
+    for it in items:
+        item_messages(it)  # each can be recorded, before anything is timed
     tm, dm = Model(target_path), Model(draft_path)
     check_pair(VocabInfo.of(tm), VocabInfo.of(dm))
     tctx, dctx = Context(tm, n_ctx, n_threads), Context(dm, n_ctx, n_threads)

@@ -1,5 +1,6 @@
 """Fill in the middle (fim.py): the text before and after a gap framed with the model's FIM tokens, from the
 library, `generate --suffix` and the server's `suffix`; lossless under speculation like any other prompt."""
+import json
 import subprocess
 import sys
 
@@ -90,3 +91,22 @@ def test_the_servers_suffix_fills_the_gap(fim_pair, fim_engine):
             assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
     finally:
         assert s.stop() == 0
+
+
+def test_a_bench_workload_may_fill_gaps(fim_pair, fim_engine, tmp_path):
+    from edgespec import benchmark
+
+    path, out = tmp_path / "fim.jsonl", tmp_path / "fim.json"
+    path.write_text("".join(json.dumps({"prompt": p, "suffix": s, "category": "fim"}) + "\n" for p, s in GAPS[:3]))
+    items = benchmark.read_jsonl(path)
+    assert items[0].tokens(fim_engine) == fim_engine.tokenize(GAPS[0][0], suffix=GAPS[0][1])
+    r = subprocess.run([sys.executable, "-m", "edgespec", "bench", "-m", str(fim_pair[0]), "-d", str(fim_pair[1]),
+                        "--workload", str(path), "-n", "12", "--modes", "draft:3,lookup,hybrid", "--json", str(out),
+                        "--threads", "2"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    for mode, by_cat in json.loads(out.read_text())["rows"].items():
+        assert by_cat["overall"]["same_as_plain"] == 3, mode  # greedy: every mode writes plain's tokens
+    for bad, says in [({"prompt": "a", "suffix": 3}, "must be text"), ({"suffix": "b"}, "goes with a")]:
+        path.write_text(json.dumps(bad) + "\n")
+        with pytest.raises(InvalidArgument, match=says):
+            benchmark.read_jsonl(path)
