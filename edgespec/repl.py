@@ -24,7 +24,9 @@ HELP = """commands:
   /system TEXT   set the system prompt (no TEXT: remove it)
   /save FILE     write the conversation as JSON      /load FILE   continue a saved one
   /help          this list                           /exit        leave (also Ctrl-D)
+Several lines in one message: begin and end it with \"\"\", or end a line with \\ to go on to the next.
 Ctrl-C stops a reply and keeps what was written."""
+FENCE = '"""'  # a message of several lines, as in Ollama
 DRAFT_COLOR = "cyan"
 
 
@@ -100,7 +102,7 @@ class Repl:
             click.echo("")
 
     def step(self) -> bool:
-        """Read one line and act on it; False means leave."""
+        """Read one message (or command) and act on it; False means leave."""
         try:
             line = input("> ") if self.tty else sys.stdin.readline()
         except EOFError:
@@ -112,8 +114,34 @@ class Repl:
             return True
         if line.startswith("/"):
             return self.command(line)
-        self.reply(line)
+        message = self.more_lines(line) if self.tty else line
+        if message.strip():
+            self.reply(message)
         return True
+
+    def more_lines(self, line: str) -> str:
+        """On a terminal, a message may take several lines (pasted code): from a line that begins with FENCE to one
+        that ends with it (as in Ollama), or lines ending in a backslash, each joined to the next (as in
+        llama.cpp). Ctrl-D inside sends what was typed. Piped input stays one message per line, as scripts expect."""
+        lines = []
+        if line.startswith(FENCE):
+            line = line[len(FENCE):]
+            while not line.rstrip().endswith(FENCE):
+                lines.append(line)
+                try:
+                    line = input("... ")
+                except EOFError:
+                    return "\n".join(lines)
+            lines.append(line.rstrip()[:-len(FENCE)])
+            return "\n".join(lines).strip("\n")
+        while line.endswith("\\"):
+            lines.append(line[:-1])
+            try:
+                line = input("... ")
+            except EOFError:
+                line = ""
+                break
+        return "\n".join([*lines, line])
 
     def command(self, line: str) -> bool:
         """Run a slash command; False means leave."""

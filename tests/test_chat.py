@@ -139,6 +139,25 @@ def test_terminal_session_with_slash_commands_colour_and_utf8(tiny_pair, tmp_pat
     assert json.loads((tmp_path / "c.json").read_text())["messages"][0]["content"] == "tell me about Zürich ☃"
 
 
+def test_a_message_of_several_lines_on_a_terminal(tiny_pair, tmp_path):
+    """Pasted code is one message: between lines of three double quotes, or lines ending in a backslash."""
+    t = Terminal(["-m", "edgespec", "chat", "-m", str(tiny_pair[0]), "-n", "3", "-t", "0", "--no-color"])
+    t.read_until(b"/help for commands")
+    for keys in (b'"""def f(x):\r', b'\r', b"    return x  # not a /command\r", b'"""\r',
+                 b"first\\\r", b"second\r", b'"""one line"""\r', b'""""""\r'):
+        t.type(keys)
+        time.sleep(0.2)
+    t.read_until(b"\n> ", after=b"one line")
+    time.sleep(0.3)
+    t.type(f"/save {tmp_path / 'c.json'}\r".encode())
+    t.read_until(b"saved 6 messages")
+    time.sleep(0.3)
+    t.type(b"\x04")
+    assert t.wait() == 0
+    users = [m["content"] for m in json.loads((tmp_path / "c.json").read_text())["messages"] if m["role"] == "user"]
+    assert users == ["def f(x):\n\n    return x  # not a /command", "first\nsecond", "one line"]
+
+
 @pytest.mark.realmodel
 def test_ctrl_c_stops_a_reply_keeps_it_and_the_chat_goes_on(tmp_path):
     from edgespec import default_model
