@@ -77,7 +77,12 @@ class Repl:
 
     def run(self) -> None:
         if self.tty:
-            import readline  # noqa: F401  (line editing and history for input())
+            import readline  # line editing and history for input()
+
+            if "libedit" not in (readline.__doc__ or ""):
+                # Pasted text arrives whole, newlines and all, as one message (Python turns GNU readline's bracketed
+                # paste off for its own prompt; a chat wants it on: pasted code is one message, not one per line).
+                readline.parse_and_bind("set enable-bracketed-paste on")
 
             self.say("edgespec chat: type a message, /help for commands, Ctrl-D to leave")
         interrupted = False

@@ -91,10 +91,15 @@ class Terminal:
                 return False
             if select.select([self.fd], [], [], 0.1)[0]:
                 try:
-                    self.buf += os.read(self.fd, 65536)
+                    self._add(os.read(self.fd, 65536))
                 except OSError:
                     return True
         return True
+
+    def _add(self, data: bytes) -> None:
+        """What the screen shows: readline's switches of bracketed paste (on while it reads a line) are modes of the
+        terminal, not text on it."""
+        self.buf = (self.buf + data).replace(b"\x1b[?2004h", b"").replace(b"\x1b[?2004l", b"")
 
     def type(self, data: bytes) -> None:
         os.write(self.fd, data)
@@ -107,7 +112,7 @@ class Terminal:
                 return os.waitstatus_to_exitcode(status)
             if select.select([self.fd], [], [], 0.1)[0]:
                 try:
-                    self.buf += os.read(self.fd, 65536)
+                    self._add(os.read(self.fd, 65536))
                 except OSError:
                     pass
         os.kill(self.pid, signal.SIGKILL)
@@ -140,22 +145,23 @@ def test_terminal_session_with_slash_commands_colour_and_utf8(tiny_pair, tmp_pat
 
 
 def test_a_message_of_several_lines_on_a_terminal(tiny_pair, tmp_path):
-    """Pasted code is one message: between lines of three double quotes, or lines ending in a backslash."""
+    """Pasted code is one message: pasted whole (the terminal's bracketed paste), between lines of three double
+    quotes, or lines ending in a backslash."""
     t = Terminal(["-m", "edgespec", "chat", "-m", str(tiny_pair[0]), "-n", "3", "-t", "0", "--no-color"])
     t.read_until(b"/help for commands")
-    for keys in (b'"""def f(x):\r', b'\r', b"    return x  # not a /command\r", b'"""\r',
+    for keys in (b"\x1b[200~pasted(\n  code)\x1b[201~", b"\r", b'"""def f(x):\r', b'\r', b"    return x  # not a /command\r", b'"""\r',
                  b"first\\\r", b"second\r", b'"""one line"""\r', b'""""""\r'):
         t.type(keys)
         time.sleep(0.2)
-    t.read_until(b"\n> ", after=b"one line")
+    t.read_until(b"> ", after=b'""""""')  # (the empty message asks nothing: the prompt again)
     time.sleep(0.3)
     t.type(f"/save {tmp_path / 'c.json'}\r".encode())
-    t.read_until(b"saved 6 messages")
+    t.read_until(b"saved 8 messages")
     time.sleep(0.3)
     t.type(b"\x04")
     assert t.wait() == 0
     users = [m["content"] for m in json.loads((tmp_path / "c.json").read_text())["messages"] if m["role"] == "user"]
-    assert users == ["def f(x):\n\n    return x  # not a /command", "first\nsecond", "one line"]
+    assert users == ["pasted(\n  code)", "def f(x):\n\n    return x  # not a /command", "first\nsecond", "one line"]
 
 
 @pytest.mark.realmodel
