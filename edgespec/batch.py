@@ -295,7 +295,7 @@ class BatchEngine:
                 self.draft.clear(g.slot)
         self.metrics[f"finished_{finish}"] += 1
         tail = "" if error else g.text.flush()
-        self._emit(handle, Event(tail, finish_reason=finish, stats=g.stats, error=error))
+        self._emit(handle, Event(tail, finish_reason=finish, stats=g.stats, error=error, stop_word=g.text.stopped_by))
 
     @staticmethod
     def _emit(handle: Handle, event: Event) -> None:

@@ -53,6 +53,7 @@ class Event:
     finish_reason: str | None = None
     stats: GenerationStats | None = None
     error: str | None = None
+    stop_word: str | None = None  # at the end: the stop string that ended the text, if one did
 
 
 class Generation:

@@ -1,6 +1,6 @@
 """`edgespec serve`: the OpenAI HTTP API over the BatchEngine: routes, authentication, the hand-over of requests to
-the scheduler thread and of events back to the client (openai_api.py owns the wire format), metrics, and the
-server's life from load to a clean stop. Every bad request is an OpenAI-style error body with a 4xx.
+the scheduler thread and of events back to the client (openai_api.py owns the wire format; infill_api.py that of
+llama-server's /infill, which editors' plugins call), metrics, and the server's life from load to a clean stop. Every bad request is an OpenAI-style error body with a 4xx.
 
 Extensions beyond OpenAI's fields: `top_k`, `min_p`, `speculative: {"mode": "auto"|"off"|"draft"|"lookup"|"hybrid",
 "draft_max": K}`, and llama-server's `timings` in every response.
@@ -25,6 +25,7 @@ from starlette.routing import Route
 
 from .batch import BatchEngine, Event, QueueFull
 from .errors import ContextOverflowError, EdgespecError
+from . import infill_api
 from .openai_api import Answer, BadRequest, parse, sse, usage
 from .sampling import SamplingConfig
 
@@ -48,7 +49,7 @@ class ServerState:
 
 # the app ------------------------------------------------------------------------------------------------------------
 def create_app(state: ServerState) -> Starlette:
-    async def completions(request: HttpRequest, is_chat: bool) -> Response:
+    async def completions(request: HttpRequest, is_chat: bool, infill: bool = False) -> Response:
         if (denied := _auth(request)) is not None:
             return denied
         if state.engine is None:
@@ -61,7 +62,7 @@ def create_app(state: ServerState) -> Starlette:
         loop = asyncio.get_running_loop()
 
         def admit():  # tokenizing a long prompt, compiling a grammar: work kept off the event loop
-            req, how = parse(body, state, is_chat)
+            req, how = infill_api.parse(body, state) if infill else parse(body, state, is_chat)
             req.on_event = lambda ev: loop.call_soon_threadsafe(events.put_nowait, ev)
             return req, how, state.engine.submit(req)
 
@@ -76,7 +77,7 @@ def create_app(state: ServerState) -> Starlette:
             return error(f"{e}; try again later", 503, code="server_busy")
         except EdgespecError as e:
             return error(str(e), 400)
-        answer = Answer(state, req, how)
+        answer = (infill_api.InfillAnswer if infill else Answer)(state, req, how)
         if how["stream"]:
             return StreamingResponse(_stream(answer, events, handle), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache"})
@@ -103,7 +104,8 @@ def create_app(state: ServerState) -> Starlette:
     async def _stream(answer: Answer, events: asyncio.Queue, handle):
         done = False
         try:
-            yield sse(answer.chunk(None, first=True))
+            if (opening := answer.chunk(None, first=True)) is not None:
+                yield sse(opening)
             while True:
                 ev = await events.get()
                 if ev.finish_reason is None:
@@ -117,6 +119,9 @@ def create_app(state: ServerState) -> Starlette:
                 if ev.error:
                     yield sse({"error": {"message": f"generation failed: {ev.error}", "type": "server_error"}})
                 yield sse(answer.chunk(None, last=ev))
+                if answer.how.get("native"):  # llama-server's own stream ends with its stop chunk, no [DONE]
+                    done = True
+                    return
                 if answer.how["include_usage"]:
                     yield sse({"id": answer.id, "object": "chat.completion.chunk" if answer.how["chat"] else
                                 "text_completion", "created": answer.created, "model": state.model_id,
@@ -138,6 +143,9 @@ def create_app(state: ServerState) -> Starlette:
 
     async def text_completions(request):
         return await completions(request, False)
+
+    async def infill(request):
+        return await completions(request, False, infill=True)
 
     def _model() -> dict:
         return {"id": state.model_id, "object": "model", "created": state.created, "owned_by": "edgespec"}
@@ -168,6 +176,7 @@ def create_app(state: ServerState) -> Starlette:
 
     routes = [Route("/v1/chat/completions", chat_completions, methods=["POST"]),
               Route("/v1/completions", text_completions, methods=["POST"]),
+              Route("/infill", infill, methods=["POST"]),
               Route("/v1/models", models, methods=["GET"]), Route("/v1/models/{model:path}", model, methods=["GET"]),
               Route("/health", health, methods=["GET"]),
               Route("/metrics", metrics, methods=["GET"])]

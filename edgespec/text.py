@@ -16,6 +16,7 @@ class TextStream:
         self.text = ""  # everything decoded so far (cut at a stop string once one is found)
         self._shown = 0
         self.stopped = False
+        self.stopped_by: str | None = None  # the stop string found, once one is
 
     def push(self, data: bytes) -> str:
         """Add a token's bytes; return the text that can be shown now (possibly empty)."""
@@ -35,9 +36,10 @@ class TextStream:
         """Add decoded text; True (and the text cut there) when it completes a stop string."""
         start = max(0, len(self.text) - max((len(s) for s in self._stop), default=0))
         self.text += new
-        hits = [i for i in (self.text.find(s, start) for s in self._stop) if i >= 0]
+        hits = [(i, s) for i, s in ((self.text.find(s, start), s) for s in self._stop) if i >= 0]
         if hits:
-            self.text = self.text[: min(hits)]
+            at, self.stopped_by = min(hits, key=lambda h: h[0])
+            self.text = self.text[:at]
             self.stopped = True
         return self.stopped
 

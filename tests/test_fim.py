@@ -4,15 +4,17 @@ import json
 import subprocess
 import sys
 
+import httpx
 import pytest
 
 import edgespec
-from edgespec.errors import EdgespecError, InvalidArgument
+from edgespec import fim
+from edgespec.errors import ContextOverflowError, EdgespecError, InvalidArgument
 from http_server import Server
 from tiny_models import FIM
 
-PRE, SUF, MID = (next(i for i, t in FIM.items() if t == name) for name in
-                 ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"))
+PRE, SUF, MID, REP, SEP = (next(i for i, t in FIM.items() if t == name) for name in
+                           ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|repo_name|>", "<|file_sep|>"))
 GAPS = [("def add(a, b):\n    ", "\n\nprint(add(1, 2))\n"), ("The cat sat on the ", " and watched the birds."),
         ("x = [i for i in ", "]"), ("", "the end"), ("<|fim_middle|> is text here", " <|im_end|> and here")]
 
@@ -32,6 +34,27 @@ def test_the_gap_is_framed_prefix_suffix_middle_and_its_texts_stay_text(fim_engi
         assert fim_engine.tokenize(prefix, suffix=suffix) == [PRE, *literal(prefix), SUF, *literal(suffix), MID]
     tokens = fim_engine.tokenize("a <|fim_middle|> b", suffix="<|fim_suffix|>")
     assert tokens.count(MID) == 1 and tokens.count(SUF) == 1  # only the frame's own
+
+
+def test_infill_puts_other_files_first_and_cuts_to_the_budget_as_llama_server_does(fim_engine):
+    m = fim_engine.model
+    text = lambda s: m.tokenize(s, add_special=False, parse_special=False)  # noqa: E731
+    tokens, cut = fim.infill(m, "def f(", "):\n", middle="x, y", extra=[("a.py", "A = 1\n"), ("", "B")])
+    assert not cut and tokens == [REP, *text("myproject\n"), SEP, *text("a.py\n"), *text("A = 1\n"), SEP,
+                                  *text("tmp\n"), *text("B"), SEP, *text("filename\n"),
+                                  PRE, *text("def f("), *text("x, y"), SUF, *text("):\n"), MID]
+    prefix, suffix = "p" * 300, "s" * 300  # one token a character in the tiny vocabulary
+    tokens, cut = fim.infill(m, prefix, suffix, extra=[("a.py", "A" * 50)], budget=103)
+    assert cut and len(tokens) == 103 and tokens[0] == PRE  # the other file goes first
+    assert tokens[1:76] == text("p" * 75) and tokens[77:102] == text("s" * 25)  # prefix's end, suffix's start, 3:1
+    tokens, cut = fim.infill(m, "p" * 10, suffix, extra=[("a.py", "A" * 50)], budget=103)
+    assert cut and tokens[1:11] == text("p" * 10) and tokens[12:102] == text("s" * 90)  # a short prefix: all of it
+    tokens, cut = fim.infill(m, "p" * 10, "s" * 10, extra=[("a.py", "A" * 50)], budget=50)
+    assert cut and len(tokens) == 50 and tokens[-23:] == [PRE, *text("p" * 10), SUF, *text("s" * 10), MID]
+    assert tokens[:-23] == (text("A" * 50) + [SEP, *text("filename\n")])[-27:]  # the end nearest the frame
+    with pytest.raises(ContextOverflowError):
+        fim.infill(m, "", "", middle="m" * 60, budget=50)
+    assert fim.tokens(m, "a", "b") == [PRE, *text("a"), SUF, *text("b"), MID]  # no repository header
 
 
 def test_a_model_without_fim_tokens_or_a_chat_prompt_is_refused(engine, fim_engine):
@@ -89,8 +112,48 @@ def test_the_servers_suffix_fills_the_gap(fim_pair, fim_engine):
                             ({"suffix": "x", "prompt": [1, 2]}, "prompt")):
             r = s.post("/v1/completions", {"prompt": "abc", "max_tokens": 2, **body})
             assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+        _llama_servers_infill(s, fim_engine)
     finally:
         assert s.stop() == 0
+
+
+def _llama_servers_infill(s, fim_engine):
+    """/infill as llama.vscode and llama.vim call it: llama-server's fields in, its answer's shape out."""
+    extra = [{"filename": "a.py", "text": "A = 1\n"}]
+    for (prefix, suffix), mode in zip(GAPS, ["off", "hybrid", "draft", "lookup", "hybrid"]):
+        tokens, _ = fim.infill(fim_engine.model, prefix, suffix, "x", [("a.py", "A = 1\n")])
+        ref = fim_engine.generate(tokens, max_tokens=24, speculative=False)
+        body = {"input_prefix": prefix, "input_suffix": suffix, "prompt": "x", "input_extra": extra, "n_predict": 24,
+                "temperature": 0, "samplers": ["top_k", "top_p", "infill"], "cache_prompt": True, "n_indent": 4,
+                "speculative": {"mode": mode, "draft_max": 4}}
+        r = s.post("/infill", body).json()
+        assert r["content"] == ref.text and r["stop"] is True and r["tokens_predicted"] == len(ref.tokens), prefix
+        assert r["tokens_evaluated"] == len(tokens) and not r["truncated"] and r["timings"]["predicted_n"] > 0
+        assert r["stop_type"] == ("limit" if ref.finish_reason == "length" else "eos")
+        with httpx.stream("POST", s.url + "/infill", json={**body, "stream": True}, timeout=60) as resp:
+            events = [json.loads(line[6:]) for line in resp.iter_lines() if line.startswith("data: ")]
+        assert "".join(e["content"] for e in events) == ref.text and events[-1]["stop"] is True
+        assert not any(e["stop"] for e in events[:-1]) and events[-1]["timings"]  # (and no [DONE])
+    tokens, _ = fim.infill(fim_engine.model, "ab", "cd")
+    ref = fim_engine.generate(tokens, max_tokens=30, speculative=False).text
+    word = ref[len(ref) // 2:][:2]
+    r = s.post("/infill", {"input_prefix": "ab", "input_suffix": "cd", "n_predict": 30, "temperature": 0,
+                           "stop": ["\x00never", word]}).json()
+    assert (r["stop_type"], r["stopping_word"], r["content"]) == ("word", word, ref[:ref.index(word)])
+    r = s.post("/infill", {"input_prefix": "ab", "input_suffix": "cd", "n_predict": 4,
+                           "response_fields": ["content", "timings/predicted_n", "no/such"]}).json()
+    assert set(r) == {"content", "timings/predicted_n"} and r["timings/predicted_n"] == 4
+    r = s.post("/infill", {"input_prefix": "p" * 3000, "input_suffix": "s" * 3000, "n_predict": 16}).json()
+    assert r["truncated"] and r["tokens_evaluated"] <= 1024 - 16 and r["tokens_predicted"] == 16  # fits the context
+    for body, param in (({"input_prefix": 5}, "input_prefix"), ({"input_extra": [{"text": 1}]}, "input_extra"),
+                        ({"n_predict": -2}, "n_predict"), ({"response_fields": "content"}, "response_fields")):
+        r = s.post("/infill", body)
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+
+
+def test_infill_on_a_model_without_fim_tokens_is_a_400(server):
+    r = server.post("/infill", {"input_prefix": "def f(", "input_suffix": "):"})
+    assert r.status_code == 400 and "no fill-in-the-middle tokens" in r.json()["error"]["message"]
 
 
 def test_a_bench_workload_may_fill_gaps(fim_pair, fim_engine, tmp_path):

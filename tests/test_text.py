@@ -32,5 +32,6 @@ def test_flush_releases_held_text_at_the_end():
 
 def test_earliest_of_several_stop_strings_wins():
     s = TextStream(["b", "a"])
+    assert s.stopped_by is None
     s.push(b"xxab")
-    assert s.text == "xx"
+    assert s.text == "xx" and s.stopped_by == "a"  # (the one that ended it, for llama-server's stopping_word)

@@ -32,8 +32,9 @@ MERGES = ["Ġ t", "h e", "Ġt he", "i n"]
 
 
 # Fill-in-the-middle tokens as Qwen2.5-Coder names them (llama.cpp finds them by these texts), in place of the byte
-# tokens of \x01-\x04, which no test text holds.
-FIM = {1: "<|fim_prefix|>", 2: "<|fim_suffix|>", 3: "<|fim_middle|>", 4: "<|fim_pad|>"}
+# tokens of \x01-\x06, which no test text holds.
+FIM = {1: "<|fim_prefix|>", 2: "<|fim_suffix|>", 3: "<|fim_middle|>", 4: "<|fim_pad|>", 5: "<|repo_name|>",
+       6: "<|file_sep|>"}
 
 
 def vocab(rename: dict[int, str] | None = None, fim: bool = False) -> tuple[list[str], list[int]]:

@@ -125,6 +125,12 @@ class Model(_Freed):
         ids = (ll.llama_vocab_fim_pre(vocab), ll.llama_vocab_fim_suf(vocab), ll.llama_vocab_fim_mid(vocab))
         return None if min(ids) < 0 else ids
 
+    @property
+    def fim_repo_ids(self) -> tuple[int | None, int | None]:
+        """Fill in the middle across files: the (repository name, file separator) tokens, each None if absent."""
+        vocab = self._open()
+        return tuple(t if t >= 0 else None for t in (ll.llama_vocab_fim_rep(vocab), ll.llama_vocab_fim_sep(vocab)))
+
     def token_text(self, token: int) -> bytes:
         """The vocabulary entry as stored (what the pair check compares)."""
         self.check_tokens([token])

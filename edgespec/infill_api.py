@@ -1,0 +1,95 @@
+"""llama-server's `/infill`, the endpoint editors' completion plugins call (llama.vscode, llama.vim, Continue's
+llama.cpp provider): its fields to a Request (fim.infill builds the prompt; the rest of the body is read as
+`/v1/completions` reads it), and its answer, whole or streamed, in llama-server's shape (`content`, `stop`,
+`stop_type`, `tokens_predicted`, `timings`, and only the `response_fields` asked for)."""
+from __future__ import annotations
+
+from . import fim
+from .errors import ContextOverflowError, EdgespecError
+from .openai_api import Answer, BadRequest, parse as parse_completion, timings
+
+OWN = ("input_prefix", "input_suffix", "input_extra", "prompt", "n_predict", "response_fields")
+OPENAI_ONLY = ("suffix", "echo", "logprobs", "best_of", "n", "max_tokens", "max_completion_tokens")
+
+
+def parse(body, state) -> tuple:
+    """An /infill body -> the engine's Request and how to render the answer (openai_api.parse's, plus what the
+    answer needs of the prompt: its length and whether it was cut to fit the context)."""
+    if not isinstance(body, dict):
+        raise BadRequest("the request body must be a JSON object")
+    texts = {}
+    for name in ("input_prefix", "input_suffix", "prompt"):
+        texts[name] = body.get(name) or ""
+        if not isinstance(texts[name], str):
+            raise BadRequest(f"'{name}' must be a string", name)
+    extra = body.get("input_extra") or []
+    if not isinstance(extra, list) or not all(isinstance(c, dict) and isinstance(c.get("text", ""), str)
+                                              and isinstance(c.get("filename", ""), str) for c in extra):
+        raise BadRequest("'input_extra' must be a list of {\"filename\": string, \"text\": string}", "input_extra")
+    n_predict = body.get("n_predict", -1)
+    if isinstance(n_predict, bool) or not isinstance(n_predict, int) or n_predict < -1:
+        raise BadRequest("'n_predict' must be an integer >= -1 (-1: until the model ends the text)", "n_predict")
+    fields = body.get("response_fields")
+    if fields is not None and (not isinstance(fields, list) or not all(isinstance(f, str) for f in fields)):
+        raise BadRequest("'response_fields' must be a list of strings", "response_fields")
+    engine = state.engine
+    n_ctx = engine.target.n_ctx
+    answer_room = n_predict if 0 <= n_predict < n_ctx else n_ctx // 4  # kept free for the answer
+    try:
+        tokens, cut = fim.infill(engine.model, texts["input_prefix"], texts["input_suffix"], texts["prompt"],
+                                 [(c.get("filename", ""), c.get("text", "")) for c in extra], n_ctx - answer_room)
+    except ContextOverflowError:
+        raise  # (the server's context_length_exceeded)
+    except EdgespecError as e:
+        raise BadRequest(str(e), "input_suffix", "unsupported_value") from None
+    rest = {k: v for k, v in body.items() if k not in OWN and k not in OPENAI_ONLY}
+    req, how = parse_completion({**rest, "prompt": tokens,
+                                 "max_tokens": n_predict if n_predict >= 0 else n_ctx - len(tokens)}, state, False)
+    return req, {**how, "native": True, "truncated": cut, "fields": fields}
+
+
+def _stop_type(finish: str | None, word: str | None) -> str:
+    return "word" if word else "eos" if finish in ("stop", "grammar") else "limit" if finish else "none"
+
+
+def _select(out: dict, fields: list[str] | None) -> dict:
+    """llama-server's response_fields: only those, each under its path ("timings/prompt_n") as the key."""
+    if fields is None:
+        return out
+    picked = {}
+    for path in fields:
+        value, found = out, True
+        for part in path.split("/"):
+            if isinstance(value, dict) and part in value:
+                value = value[part]
+            else:
+                found = False
+                break
+        if found:
+            picked[path] = value
+    return picked
+
+
+class InfillAnswer(Answer):
+    """The events of one /infill request, rendered as llama-server renders them."""
+
+    def _progress(self) -> dict:
+        return {"index": 0, "tokens": [], "tokens_predicted": self.n_out, "tokens_evaluated": len(self.req.prompt)}
+
+    def _final(self, last) -> dict:
+        text = "".join(self.text)
+        return {**self._progress(), "content": text, "stop": True, "model": self.state.model_id,
+                "has_new_line": "\n" in text, "truncated": self.how["truncated"],
+                "stop_type": _stop_type(last.finish_reason, last.stop_word), "stopping_word": last.stop_word or "",
+                "tokens_cached": len(self.req.prompt) + self.n_out, "timings": timings(last.stats)}
+
+    def body(self, last) -> dict:
+        return _select(self._final(last), self.how["fields"])
+
+    def chunk(self, ev, first: bool = False, last=None) -> dict | None:
+        if first:
+            return None  # (llama-server's stream starts with the first token)
+        if last is not None:  # the end: the text came in the chunks before
+            return _select({**self._final(last), "content": ""}, self.how["fields"])
+        return _select({**self._progress(), "content": ev.text if ev is not None else "", "stop": False},
+                       self.how["fields"])
