@@ -271,7 +271,7 @@ class BatchEngine:
             self._emit(handle, event)
             if g.text.stopped:
                 g.finish = "stop"
-            elif len(g.out) >= g.req.max_tokens:
+            elif len(g.out) >= g.req.max_tokens or self._out_of_time(g):
                 g.finish = "length"
             if g.finish:
                 break
@@ -285,6 +285,12 @@ class BatchEngine:
         self.metrics["generated_tokens"] += emitted
         if g.finish:
             self._end(handle, g, g.finish)
+
+    @staticmethod
+    def _out_of_time(g: Generation) -> bool:
+        """A request's time limit (llama-server's t_max_predict_ms) is spent and its text holds a line end."""
+        return (g.req.time_limit_s is not None and "\n" in g.text.text
+                and time.perf_counter() - g.started - g.stats.prompt_s >= g.req.time_limit_s)
 
     def _end(self, handle: Handle, g: Generation, finish: str, error: str | None = None, free: bool = False) -> None:
         """Finish a request: its last event, its slot freed (its cells too when it was cancelled or failed)."""

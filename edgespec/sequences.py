@@ -39,6 +39,9 @@ class Request:
     logprobs: int | None = None  # None: none; n >= 0: the chosen token's log-probability and the n most likely
     on_event: Callable[["Event"], None] | None = None  # called from the scheduler thread
     constraint: Constraint | None = None  # the output must match a grammar or JSON schema
+    # llama-server's t_max_predict_ms (editors' completions): once the text holds a line end and its generation has
+    # taken this long, the text ends there ("length")
+    time_limit_s: float | None = None
 
 
 @dataclass

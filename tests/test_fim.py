@@ -1,6 +1,8 @@
 """Fill in the middle (fim.py): the text before and after a gap framed with the model's FIM tokens, from the
 library, `generate --suffix` and the server's `suffix`; lossless under speculation like any other prompt."""
+import dataclasses
 import json
+import math
 import subprocess
 import sys
 
@@ -140,13 +142,24 @@ def _llama_servers_infill(s, fim_engine):
     r = s.post("/infill", {"input_prefix": "ab", "input_suffix": "cd", "n_predict": 30, "temperature": 0,
                            "stop": ["\x00never", word]}).json()
     assert (r["stop_type"], r["stopping_word"], r["content"]) == ("word", word, ref[:ref.index(word)])
+    # lines, many (a newline's byte token favoured, no end): a time limit of 1 ms ends the answer at the first line
+    # end after it, long before n_predict
+    lines = dataclasses.replace(edgespec.GREEDY, logit_bias=((ord("\n"), 4.0),
+                                                             *((t, -math.inf) for t in fim_engine.model.eog_ids)))
+    ref = fim_engine.generate(tokens, max_tokens=200, sampling=lines, speculative=False)
+    assert len(ref.tokens) == 200 and "\n" in ref.text[:len(ref.text) // 4]
+    r = s.post("/infill", {"input_prefix": "ab", "input_suffix": "cd", "n_predict": 200, "temperature": 0,
+                           "logit_bias": {str(ord("\n")): 4.0}, "ignore_eos": True, "t_max_predict_ms": 1}).json()
+    assert "\n" in r["content"] and ref.text.startswith(r["content"]) and r["stop_type"] == "limit", (r, ref.text)
+    assert r["tokens_predicted"] < len(ref.tokens)  # a line has ended and the time is up: no more lines
     r = s.post("/infill", {"input_prefix": "ab", "input_suffix": "cd", "n_predict": 4,
                            "response_fields": ["content", "timings/predicted_n", "no/such"]}).json()
     assert set(r) == {"content", "timings/predicted_n"} and r["timings/predicted_n"] == 4
     r = s.post("/infill", {"input_prefix": "p" * 3000, "input_suffix": "s" * 3000, "n_predict": 16}).json()
     assert r["truncated"] and r["tokens_evaluated"] <= 1024 - 16 and r["tokens_predicted"] == 16  # fits the context
     for body, param in (({"input_prefix": 5}, "input_prefix"), ({"input_extra": [{"text": 1}]}, "input_extra"),
-                        ({"n_predict": -2}, "n_predict"), ({"response_fields": "content"}, "response_fields")):
+                        ({"n_predict": -2}, "n_predict"), ({"response_fields": "content"}, "response_fields"),
+                        ({"t_max_predict_ms": -1}, "t_max_predict_ms")):
         r = s.post("/infill", body)
         assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
 
