@@ -106,3 +106,23 @@ def test_qwen_coder_pair_speculative_equals_plain():
     with edgespec.Engine.load(target, draft=draft, n_ctx=2048) as engine:
         ties, acceptance = run_identity(engine, PROMPTS[:3], 4, max_tokens=48)
     assert acceptance > 0.4
+
+
+@pytest.mark.slow
+def test_qwen_f16_fills_gaps_speculatively_as_plain():
+    """Fill in the middle on the F16 pair (its batched and single-row logits agree): the gaps of bench/fim.jsonl,
+    greedy, every proposer against the target alone, token for token; and the answers end at the gap's end."""
+    import json
+
+    target, draft = qwen_pair("1.5b-instruct-f16")
+    gaps = [json.loads(line) for line in (Path(__file__).parent.parent / "bench" / "fim.jsonl").read_text().splitlines()]
+    with edgespec.Engine.load(target, draft=draft, lookup=True, n_ctx=2048) as engine:
+        ended = 0
+        for gap in gaps[:4]:
+            tokens = engine.tokenize(gap["prompt"], suffix=gap["suffix"])
+            plain = engine.generate(tokens, max_tokens=64, speculative=False)
+            for proposer in (None, engine.proposer.draft, engine.proposer.lookup):
+                got = engine.generate(tokens, max_tokens=64, proposer=proposer)
+                assert got.tokens == plain.tokens, (gap["prompt"][-40:], proposer)
+            ended += plain.finish_reason == "stop"
+    assert ended >= 2  # a FIM model ends the gap's text itself
