@@ -270,10 +270,13 @@ def check(target, draft) -> None:
             ("vocab size", lambda m: str(m.n_vocab)), ("bos / add", lambda m: f"{m.bos} / {m.add_bos}"),
             ("eos / add", lambda m: f"{m.eos} / {m.add_eos}"),
             ("chat template", lambda m: "yes" if m.chat_template() else "no"),
-            ("trained context", lambda m: str(m.n_ctx_train))]
-    click.echo(f"{'':<16}{'target':<40}draft")
+            ("fill in middle", lambda m: "yes" if m.fim_ids else "no"),
+            # (from the metadata: a vocabulary-only load leaves llama.cpp's n_ctx_train at 0)
+            ("trained context", lambda m: m.meta(f"{m.meta('general.architecture')}.context_length") or "?")]
+    width = max(40, *(len(get(models[0])) + 2 for _, get in rows))
+    click.echo(f"{'':<16}{'target':<{width}}draft")
     for label, get in rows:
-        click.echo(f"{label:<16}{get(models[0]):<40}{get(models[1])}")
+        click.echo(f"{label:<16}{get(models[0]):<{width}}{get(models[1])}")
     problem = pair_problem(VocabInfo.of(models[0]), VocabInfo.of(models[1]))
     if problem:
         _fail(f"cannot pair: {problem}")

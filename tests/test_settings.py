@@ -46,12 +46,17 @@ def test_unknown_setting_is_reported(tmp_path):
     assert r.returncode == 2 and "unknown settings" in r.stderr and "temprature" in r.stderr
 
 
-def test_models_lists_presets_and_check_shows_both_models(tiny_pair):
+def test_models_lists_presets_and_check_shows_both_models(tiny_pair, fim_pair):
     out = run("models").stdout
     for name in ("smollm2-135m", "qwen2.5-coder-1.5b", "qwen2.5-7b", "llama3.2-3b"):
         assert name in out
     r = run("check", *tiny_pair)
     assert r.returncode == 0 and "vocab size" in r.stdout and "ok: the draft can draft" in r.stdout
+    rows = {line[:16].strip(): line[16:].split() for line in r.stdout.splitlines()}
+    assert rows["trained context"] == ["1024", "1024"] and rows["fill in middle"] == ["no", "no"]
+    assert rows["file"] == [str(p) for p in tiny_pair]  # (columns apart however long the paths)
+    r = run("check", fim_pair[0], tiny_pair[1])
+    assert "fill in middle  yes" in r.stdout and "cannot pair" in r.stderr
 
 
 def test_a_stop_string_with_spaces_from_the_environment_and_a_list_from_the_file(tmp_path, tiny_pair):
