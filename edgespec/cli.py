@@ -228,7 +228,7 @@ def serve(host, port, parallel, api_key, origins, **opts) -> None:
                            output_here=opts["output_here"])
 
     def ready(engine, port):
-        note_context(engine.target.n_ctx, opts["ctx_size"])
+        note_context(engine.target.n_ctx, opts["ctx_size"], engine.model.n_ctx_train)
         click.echo(f"edgespec: serving {state.model_id} on http://{host}:{port}/v1 ({parallel} sequences; "
                    f"speculation {engine.auto}); Ctrl-C stops", err=True)
 

@@ -192,14 +192,17 @@ def load_engine(opts: dict):
     if default:
         click.echo(f"edgespec: using the default model, {default_model.NAME}, {engine.drafting}; for a bigger one "
                    "pass --model (a file, a preset from `edgespec models`, or REPO:FILE)", err=True)
-    note_context(engine.target.n_ctx, opts["ctx_size"])
+    note_context(engine.target.n_ctx, opts["ctx_size"], engine.model.n_ctx_train)
     return engine
 
 
-def note_context(got: int, asked: int) -> None:
+def note_context(got: int, asked: int, trained: int = 0) -> None:
     if got != asked:
         click.echo(f"edgespec: note: the context holds {got} tokens (--ctx-size {asked}: llama.cpp rounds up to a "
                    "multiple of 256)", err=True)
+    if 0 < trained < asked:
+        click.echo(f"edgespec: note: --ctx-size {asked} is more than the model was trained on ({trained} tokens); "
+                   "past that its text may degrade", err=True)
 
 
 def sampling_of(opts: dict):

@@ -102,3 +102,10 @@ def test_a_context_llama_cpp_rounds_up_is_said(tiny_pair):
     r = run("generate", "-m", tiny_pair[0], "-p", "hi", "-n", "2", "-c", "100")
     assert r.returncode == 0
     assert "note: the context holds 256 tokens (--ctx-size 100: llama.cpp rounds up" in r.stderr
+    assert "trained on" not in r.stderr
+
+
+def test_a_context_past_what_the_model_was_trained_on_is_said(tiny_pair):
+    r = run("generate", "-m", tiny_pair[0], "-p", "hi", "-n", "2", "-c", "2048")  # (the tiny models: 1024)
+    assert r.returncode == 0
+    assert "note: --ctx-size 2048 is more than the model was trained on (1024 tokens)" in r.stderr
