@@ -10,8 +10,8 @@ import click
 
 from . import __version__, default_model
 from .errors import Terminated
-from .options import (ENGINE_PARAMS, note_context, text_arg, chat_template, choose_models, constraint_of,
-                      constraint_options, engine_options, load_engine, sampling_of)
+from .options import (ENGINE_PARAMS, note_context, note_gpu_layers, text_arg, chat_template, choose_models,
+                      constraint_of, constraint_options, engine_options, load_engine, sampling_of)
 
 EXAMPLES = """
 \b
@@ -229,6 +229,7 @@ def serve(host, port, parallel, api_key, origins, **opts) -> None:
 
     def ready(engine, port):
         note_context(engine.target.n_ctx, opts["ctx_size"], engine.model.n_ctx_train)
+        note_gpu_layers(opts)
         click.echo(f"edgespec: serving {state.model_id} on http://{host}:{port}/v1 ({parallel} sequences; "
                    f"speculation {engine.auto}); Ctrl-C stops", err=True)
 

@@ -138,8 +138,10 @@ ENGINE_OPTIONS = [
     _option("--draft-threads", type=click.IntRange(min=1), callback=note_threads,
             help="CPU threads for the draft (default: as --threads)."),
     _option("--draft-ctx-size", type=click.IntRange(min=1), help="Draft context (default: as --ctx-size)."),
-    _option("--gpu-layers", default=0, show_default=True, type=int, help="Target layers on the GPU (-1 = all)."),
-    _option("--draft-gpu-layers", type=int, help="Draft layers on the GPU (default: as --gpu-layers)."),
+    _option("--gpu-layers", "--n-gpu-layers", "-ngl", default=0, show_default=True, type=int,
+            help="Target layers on the GPU (-1 = all; llama.cpp's names too)."),
+    _option("--draft-gpu-layers", "--n-gpu-layers-draft", "-ngld", type=int,
+            help="Draft layers on the GPU (default: as --gpu-layers)."),
     *RPC_OPTIONS,
     _option("--verbose", is_flag=True, help="Show llama.cpp's own log."),
 ]
@@ -193,7 +195,20 @@ def load_engine(opts: dict):
         click.echo(f"edgespec: using the default model, {default_model.NAME}, {engine.drafting}; for a bigger one "
                    "pass --model (a file, a preset from `edgespec models`, or REPO:FILE)", err=True)
     note_context(engine.target.n_ctx, opts["ctx_size"], engine.model.n_ctx_train)
+    note_gpu_layers(opts)
     return engine
+
+
+def note_gpu_layers(opts: dict) -> None:
+    """--gpu-layers on a build with no GPU does nothing, silently in llama.cpp (its log even says the layers were
+    offloaded): say so once, and where a GPU build comes from."""
+    from .backend.rpc import local_devices
+
+    asked = [f"--{name.replace('_', '-')}" for name in ("gpu_layers", "draft_gpu_layers") if opts.get(name)]
+    if asked and not opts.get("rpc") and not opts.get("draft_rpc") and not local_devices():
+        click.echo(f"edgespec: note: {' and '.join(asked)} {'has' if len(asked) == 1 else 'have'} no effect here: "
+                   "this llama.cpp was built for the CPU alone (no GPU found); the README's GPU builds say how to "
+                   "build for CUDA or Metal", err=True)
 
 
 def note_context(got: int, asked: int, trained: int = 0) -> None:

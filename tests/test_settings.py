@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 
 def run(*args, env=None, stdin=None):
     return subprocess.run([sys.executable, "-m", "edgespec", *map(str, args)], capture_output=True, text=True,
@@ -103,6 +105,19 @@ def test_a_context_llama_cpp_rounds_up_is_said(tiny_pair):
     assert r.returncode == 0
     assert "note: the context holds 256 tokens (--ctx-size 100: llama.cpp rounds up" in r.stderr
     assert "trained on" not in r.stderr
+
+
+def test_gpu_layers_on_a_build_without_a_gpu_are_said_to_do_nothing(tiny_pair):
+    from edgespec.backend.rpc import local_devices
+
+    if local_devices():
+        pytest.skip("this build has a GPU")
+    r = run("generate", "-m", tiny_pair[0], "-d", tiny_pair[1], "-p", "hi", "-n", "2", "-ngl", "99", "-ngld", "-1")
+    assert r.returncode == 0
+    assert "note: --gpu-layers and --draft-gpu-layers have no effect here: this llama.cpp was built for the CPU" \
+        in r.stderr
+    r = run("generate", "-m", tiny_pair[0], "-p", "hi", "-n", "2", "--n-gpu-layers", "0")  # (llama.cpp's name)
+    assert r.returncode == 0 and "no effect" not in r.stderr
 
 
 def test_a_context_past_what_the_model_was_trained_on_is_said(tiny_pair):
