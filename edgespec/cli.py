@@ -10,7 +10,7 @@ import click
 
 from . import __version__, default_model
 from .errors import Terminated
-from .options import (ENGINE_PARAMS, note_context, note_gpu_layers, text_arg, chat_template, choose_models,
+from .options import (ENGINE_PARAMS, chosen, note_context, note_gpu_layers, text_arg, chat_template, choose_models,
                       constraint_of, constraint_options, engine_options, load_engine, sampling_of)
 
 EXAMPLES = """
@@ -227,8 +227,10 @@ def serve(host, port, parallel, api_key, origins, **opts) -> None:
                            rpc=opts["rpc"], draft_rpc=opts["draft_rpc"], tensor_split=opts["tensor_split"],
                            output_here=opts["output_here"])
 
+    ctx_chosen = chosen("ctx_size")  # (read here: ready() runs outside click's context)
+
     def ready(engine, port):
-        note_context(engine.target.n_ctx, opts["ctx_size"], engine.model.n_ctx_train)
+        note_context(engine.target.n_ctx, opts["ctx_size"], engine.model.n_ctx_train if ctx_chosen else 0)
         note_gpu_layers(opts)
         click.echo(f"edgespec: serving {state.model_id} on http://{host}:{port}/v1 ({parallel} sequences; "
                    f"speculation {engine.auto}); Ctrl-C stops", err=True)

@@ -194,9 +194,17 @@ def load_engine(opts: dict):
     if default:
         click.echo(f"edgespec: using the default model, {default_model.NAME}, {engine.drafting}; for a bigger one "
                    "pass --model (a file, a preset from `edgespec models`, or REPO:FILE)", err=True)
-    note_context(engine.target.n_ctx, opts["ctx_size"], engine.model.n_ctx_train)
+    note_context(engine.target.n_ctx, opts["ctx_size"], engine.model.n_ctx_train if chosen("ctx_size") else 0)
     note_gpu_layers(opts)
     return engine
+
+
+def chosen(name: str) -> bool:
+    """The option was set by the user (a flag, EDGESPEC_*, the settings file), not left at its default."""
+    from click.core import ParameterSource
+
+    ctx = click.get_current_context(silent=True)
+    return ctx is not None and ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT)
 
 
 def note_gpu_layers(opts: dict) -> None:
@@ -212,6 +220,8 @@ def note_gpu_layers(opts: dict) -> None:
 
 
 def note_context(got: int, asked: int, trained: int = 0) -> None:
+    """What llama.cpp made of --ctx-size: rounded up, or (trained: the model's, when the user chose the size) past
+    what the model was trained on."""
     if got != asked:
         click.echo(f"edgespec: note: the context holds {got} tokens (--ctx-size {asked}: llama.cpp rounds up to a "
                    "multiple of 256)", err=True)
