@@ -1,6 +1,7 @@
 """`edgespec serve`: the OpenAI HTTP API over the BatchEngine: routes, authentication, the hand-over of requests to
-the scheduler thread and of events back to the client (openai_api.py owns the wire format; infill_api.py that of
-llama-server's /infill, which editors' plugins call), metrics, and the server's life from load to a clean stop. Every bad request is an OpenAI-style error body with a 4xx.
+the scheduler thread and of events back to the client (openai_api.py owns the wire format; llama_api.py that of
+llama-server's /infill, /tokenize and /detokenize, which editors' plugins and UIs call), metrics, and the server's
+life from load to a clean stop. Every bad request is an OpenAI-style error body with a 4xx.
 
 Extensions beyond OpenAI's fields: `top_k`, `min_p`, `speculative: {"mode": "auto"|"off"|"draft"|"lookup"|"hybrid",
 "draft_max": K}`, and llama-server's `timings` in every response.
@@ -25,7 +26,7 @@ from starlette.routing import Route
 
 from .batch import BatchEngine, Event, QueueFull
 from .errors import ContextOverflowError, EdgespecError
-from . import infill_api
+from . import llama_api
 from .openai_api import Answer, BadRequest, parse, sse, usage
 from .sampling import SamplingConfig
 
@@ -49,20 +50,26 @@ class ServerState:
 
 # the app ------------------------------------------------------------------------------------------------------------
 def create_app(state: ServerState) -> Starlette:
-    async def completions(request: HttpRequest, is_chat: bool, infill: bool = False) -> Response:
+    async def read(request: HttpRequest) -> tuple[object, Response | None]:
+        """A request's JSON body, or the error that answers it instead (no key, the model still loading, not JSON)."""
         if (denied := _auth(request)) is not None:
-            return denied
+            return None, denied
         if state.engine is None:
-            return error("the model is still loading", 503, code="model_loading")
+            return None, error("the model is still loading", 503, code="model_loading")
         try:
-            body = json.loads(await request.body())
+            return json.loads(await request.body()), None
         except (ValueError, UnicodeDecodeError) as e:
-            return error(f"the request body is not valid JSON: {e}")
+            return None, error(f"the request body is not valid JSON: {e}")
+
+    async def completions(request: HttpRequest, is_chat: bool, infill: bool = False) -> Response:
+        body, refused = await read(request)
+        if refused is not None:
+            return refused
         events: asyncio.Queue[Event] = asyncio.Queue()
         loop = asyncio.get_running_loop()
 
         def admit():  # tokenizing a long prompt, compiling a grammar: work kept off the event loop
-            req, how = infill_api.parse(body, state) if infill else parse(body, state, is_chat)
+            req, how = llama_api.parse(body, state) if infill else parse(body, state, is_chat)
             req.on_event = lambda ev: loop.call_soon_threadsafe(events.put_nowait, ev)
             return req, how, state.engine.submit(req)
 
@@ -77,7 +84,7 @@ def create_app(state: ServerState) -> Starlette:
             return error(f"{e}; try again later", 503, code="server_busy")
         except EdgespecError as e:
             return error(str(e), 400)
-        answer = (infill_api.InfillAnswer if infill else Answer)(state, req, how)
+        answer = (llama_api.InfillAnswer if infill else Answer)(state, req, how)
         if how["stream"]:
             return StreamingResponse(_stream(answer, events, handle), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache"})
@@ -147,6 +154,21 @@ def create_app(state: ServerState) -> Starlette:
     async def infill(request):
         return await completions(request, False, infill=True)
 
+    async def vocabulary(request, answer):  # llama-server's /tokenize and /detokenize
+        body, refused = await read(request)
+        if refused is not None:
+            return refused
+        try:
+            return JSONResponse(await asyncio.to_thread(answer, body, state.engine.model))
+        except BadRequest as e:
+            return error(str(e), e.status, e.param, e.code)
+
+    async def tokenize(request):
+        return await vocabulary(request, llama_api.tokenize)
+
+    async def detokenize(request):
+        return await vocabulary(request, llama_api.detokenize)
+
     def _model() -> dict:
         return {"id": state.model_id, "object": "model", "created": state.created, "owned_by": "edgespec"}
 
@@ -176,7 +198,8 @@ def create_app(state: ServerState) -> Starlette:
 
     routes = [Route("/v1/chat/completions", chat_completions, methods=["POST"]),
               Route("/v1/completions", text_completions, methods=["POST"]),
-              Route("/infill", infill, methods=["POST"]),
+              Route("/infill", infill, methods=["POST"]), Route("/tokenize", tokenize, methods=["POST"]),
+              Route("/detokenize", detokenize, methods=["POST"]),
               Route("/v1/models", models, methods=["GET"]), Route("/v1/models/{model:path}", model, methods=["GET"]),
               Route("/health", health, methods=["GET"]),
               Route("/metrics", metrics, methods=["GET"])]

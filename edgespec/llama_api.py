@@ -1,9 +1,10 @@
-"""llama-server's `/infill`, the endpoint editors' completion plugins made for it call (llama.vscode, llama.vim): its
-fields to a Request (fim.infill builds the prompt; the rest of the body is read as `/v1/completions` reads it), and
-its answer, whole or streamed, in llama-server's shape (`content`, `stop`, `stop_type`, `tokens_predicted`,
-`timings`, and only the `response_fields` asked for). Its `t_max_predict_ms` is honoured as llama-server honours it
-(Request.time_limit_s); `n_indent`, `t_max_prompt_ms` and its own sampler chain (`samplers`) are not (unknown fields
-are ignored, as /v1/completions ignores them)."""
+"""llama-server's own endpoints that editors and chat UIs call beside the OpenAI API. `/infill`, which completion
+plugins made for llama-server call (llama.vscode, llama.vim): its fields to a Request (fim.infill builds the prompt;
+the rest of the body is read as `/v1/completions` reads it), and its answer, whole or streamed, in llama-server's
+shape (`content`, `stop`, `stop_type`, `tokens_predicted`, `timings`, and only the `response_fields` asked for); its
+`t_max_predict_ms` honoured as llama-server honours it (Request.time_limit_s), `n_indent`, `t_max_prompt_ms` and its
+own sampler chain (`samplers`) not (unknown fields are ignored, as /v1/completions ignores them). `/tokenize` and
+`/detokenize`, which UIs use to count a conversation's tokens against the context."""
 from __future__ import annotations
 
 from . import fim
@@ -99,3 +100,47 @@ class InfillAnswer(Answer):
             return _select({**self._final(last), "content": ""}, self.how["fields"])
         return _select({**self._progress(), "content": ev.text if ev is not None else "", "stop": False},
                        self.how["fields"])
+
+
+def tokenize(body, model) -> dict:
+    """llama-server's /tokenize: {"content", "add_special" (false), "parse_special" (true, as a /completion prompt
+    is read), "with_pieces" (false)} -> {"tokens": ids, or {"id", "piece"} objects, a piece as text or, where its
+    bytes are not UTF-8 on their own, as a list of bytes}."""
+    if not isinstance(body, dict) or not isinstance(body.get("content"), str):
+        raise BadRequest("'content' must be a string: the text to tokenize", "content")
+    flags = {}
+    for name, default in (("add_special", False), ("parse_special", True), ("with_pieces", False)):
+        flags[name] = body.get(name, default)
+        if not isinstance(flags[name], bool):
+            raise BadRequest(f"'{name}' must be true or false", name)
+    try:
+        ids = model.tokenize(body["content"], add_special=flags["add_special"], parse_special=flags["parse_special"])
+    except EdgespecError as e:
+        raise BadRequest(str(e), "content") from None
+    if not flags["with_pieces"]:
+        return {"tokens": ids}
+    return {"tokens": [{"id": t, "piece": _piece(_text_of(model, t))} for t in ids]}
+
+
+def detokenize(body, model) -> dict:
+    """llama-server's /detokenize: {"tokens": ids} -> {"content": their text, control tokens as their names}."""
+    tokens = body.get("tokens") if isinstance(body, dict) else None
+    if not isinstance(tokens, list):
+        raise BadRequest("'tokens' must be a list of token ids", "tokens")
+    try:
+        model.check_tokens(tokens)
+    except EdgespecError as e:
+        raise BadRequest(str(e), "tokens") from None
+    return {"content": b"".join(_text_of(model, t) for t in tokens).decode("utf-8", "replace")}
+
+
+def _text_of(model, token: int) -> bytes:
+    """A token's bytes, a control token's as its name ("<|im_end|>"), as llama-server renders them."""
+    return model.token_text(token) if token in model.control_ids else model.piece(token)
+
+
+def _piece(raw: bytes):
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return list(raw)
