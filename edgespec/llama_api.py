@@ -4,7 +4,8 @@ the rest of the body is read as `/v1/completions` reads it), and its answer, who
 shape (`content`, `stop`, `stop_type`, `tokens_predicted`, `timings`, and only the `response_fields` asked for); its
 `t_max_predict_ms` honoured as llama-server honours it (Request.time_limit_s), `n_indent`, `t_max_prompt_ms` and its
 own sampler chain (`samplers`) not (unknown fields are ignored, as /v1/completions ignores them). `/tokenize` and
-`/detokenize`, which UIs use to count a conversation's tokens against the context."""
+`/detokenize`, which UIs use to count a conversation's tokens against the context, and `/props`, where they read
+the context size and the chat template."""
 from __future__ import annotations
 
 from . import fim
@@ -144,3 +145,27 @@ def _piece(raw: bytes):
         return raw.decode("utf-8")
     except UnicodeDecodeError:
         return list(raw)
+
+
+def props(state) -> dict:
+    """llama-server's GET /props, which UIs read for the context size and the chat template: the served model, each
+    sequence's context, the sequences served at once, and the sampling a request that names none gets."""
+    import llama_cpp
+
+    from . import __version__
+
+    engine, d = state.engine, state.defaults
+    model = engine.model
+    return {"model_path": model.path, "model_alias": state.model_id, "total_slots": engine.parallel,
+            "default_generation_settings": {"n_ctx": engine.target.n_ctx, "params": {
+                "temperature": d.temperature, "top_k": d.top_k, "top_p": d.top_p, "min_p": d.min_p,
+                "repeat_penalty": d.repeat_penalty, "repeat_last_n": d.repeat_last_n,
+                "presence_penalty": d.presence_penalty, "frequency_penalty": d.frequency_penalty, "n_predict": -1}},
+            "chat_template": model.chat_template() or "",
+            "bos_token": _name(model, model.bos), "eos_token": _name(model, model.eos),
+            "build_info": f"edgespec {__version__}, llama-cpp-python {llama_cpp.__version__}",
+            "modalities": {"vision": False, "audio": False}}
+
+
+def _name(model, token: int) -> str:
+    return model.token_text(token).decode("utf-8", "replace") if 0 <= token < model.n_vocab else ""

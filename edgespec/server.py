@@ -1,6 +1,6 @@
 """`edgespec serve`: the OpenAI HTTP API over the BatchEngine: routes, authentication, the hand-over of requests to
 the scheduler thread and of events back to the client (openai_api.py owns the wire format; llama_api.py that of
-llama-server's /infill, /tokenize and /detokenize, which editors' plugins and UIs call), metrics, and the server's
+llama-server's /infill, /tokenize, /detokenize and /props, which editors' plugins and UIs call), metrics, and the server's
 life from load to a clean stop. Every bad request is an OpenAI-style error body with a 4xx.
 
 Extensions beyond OpenAI's fields: `top_k`, `min_p`, `speculative: {"mode": "auto"|"off"|"draft"|"lookup"|"hybrid",
@@ -169,6 +169,13 @@ def create_app(state: ServerState) -> Starlette:
     async def detokenize(request):
         return await vocabulary(request, llama_api.detokenize)
 
+    async def props(request):
+        if (denied := _auth(request)) is not None:
+            return denied
+        if state.engine is None:
+            return error("the model is still loading", 503, code="model_loading")
+        return JSONResponse(llama_api.props(state))
+
     def _model() -> dict:
         return {"id": state.model_id, "object": "model", "created": state.created, "owned_by": "edgespec"}
 
@@ -199,7 +206,7 @@ def create_app(state: ServerState) -> Starlette:
     routes = [Route("/v1/chat/completions", chat_completions, methods=["POST"]),
               Route("/v1/completions", text_completions, methods=["POST"]),
               Route("/infill", infill, methods=["POST"]), Route("/tokenize", tokenize, methods=["POST"]),
-              Route("/detokenize", detokenize, methods=["POST"]),
+              Route("/detokenize", detokenize, methods=["POST"]), Route("/props", props, methods=["GET"]),
               Route("/v1/models", models, methods=["GET"]), Route("/v1/models/{model:path}", model, methods=["GET"]),
               Route("/health", health, methods=["GET"]),
               Route("/metrics", metrics, methods=["GET"])]

@@ -187,22 +187,3 @@ def test_a_bench_workload_may_fill_gaps(fim_pair, fim_engine, tmp_path):
         with pytest.raises(InvalidArgument, match=says):
             benchmark.read_jsonl(path)
 
-
-def test_tokenize_and_detokenize_as_llama_server_answers(server, engine):
-    """/tokenize and /detokenize, which UIs use to count a conversation's tokens against the context."""
-    m = engine.model
-    text = "Hello <|im_end|> ÄÖ"
-    assert server.post("/tokenize", {"content": text}).json() == {"tokens": m.tokenize(text, add_special=False)}
-    literal = server.post("/tokenize", {"content": text, "parse_special": False}).json()["tokens"]
-    assert literal == m.tokenize(text, add_special=False, parse_special=False) and not set(literal) & m.control_ids
-    pieces = server.post("/tokenize", {"content": text, "with_pieces": True}).json()["tokens"]
-    assert [p["id"] for p in pieces] == m.tokenize(text, add_special=False)
-    assert "<|im_end|>" in [p["piece"] for p in pieces]  # a control token's piece: its name
-    assert any(isinstance(p["piece"], list) for p in pieces)  # a byte of "Ä" alone: its bytes (as llama-server)
-    ids = m.tokenize(text, add_special=False)
-    assert server.post("/detokenize", {"tokens": ids}).json() == {"content": text}
-    for path, body, param in (("/tokenize", {"content": 5}, "content"), ("/tokenize", {"content": "a",
-                              "with_pieces": "yes"}, "with_pieces"), ("/detokenize", {"tokens": [10 ** 9]}, "tokens"),
-                              ("/detokenize", {"tokens": "abc"}, "tokens")):
-        r = server.post(path, body)
-        assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text

@@ -278,6 +278,35 @@ def test_completions_echo_the_prompt_first_and_refuse_what_they_cannot_honour(se
     assert r.status_code == 400 and r.json()["error"]["param"] == "prompt"
 
 
+def test_tokenize_and_detokenize_as_llama_server_answers(server, engine):
+    """/tokenize and /detokenize, which UIs use to count a conversation's tokens against the context."""
+    m = engine.model
+    text = "Hello <|im_end|> ÄÖ"
+    assert server.post("/tokenize", {"content": text}).json() == {"tokens": m.tokenize(text, add_special=False)}
+    literal = server.post("/tokenize", {"content": text, "parse_special": False}).json()["tokens"]
+    assert literal == m.tokenize(text, add_special=False, parse_special=False) and not set(literal) & m.control_ids
+    pieces = server.post("/tokenize", {"content": text, "with_pieces": True}).json()["tokens"]
+    assert [p["id"] for p in pieces] == m.tokenize(text, add_special=False)
+    assert "<|im_end|>" in [p["piece"] for p in pieces]  # a control token's piece: its name
+    assert any(isinstance(p["piece"], list) for p in pieces)  # a byte of "Ä" alone: its bytes (as llama-server)
+    ids = m.tokenize(text, add_special=False)
+    assert server.post("/detokenize", {"tokens": ids}).json() == {"content": text}
+    for path, body, param in (("/tokenize", {"content": 5}, "content"), ("/tokenize", {"content": "a",
+                              "with_pieces": "yes"}, "with_pieces"), ("/detokenize", {"tokens": [10 ** 9]}, "tokens"),
+                              ("/detokenize", {"tokens": "abc"}, "tokens")):
+        r = server.post(path, body)
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+
+
+def test_props_as_llama_server_answers(server, engine):
+    r = server.post("/tokenize", {"content": "x"})  # (the server is up)
+    props = httpx.get(server.url + "/props").json()
+    assert props["default_generation_settings"]["n_ctx"] == 1024 and props["total_slots"] == 4
+    assert props["chat_template"] == engine.model.chat_template() and props["model_alias"] == "target.gguf"
+    assert props["eos_token"] == engine.model.token_text(engine.model.eos).decode() and r.status_code == 200
+    assert props["default_generation_settings"]["params"]["temperature"] == 0.8
+
+
 def test_unknown_fields_are_ignored_and_unknown_routes_are_json(server):
     r = server.post("/v1/completions", {"prompt": "hi", "max_tokens": 2, "frequency_penalty_x": 1, "user": "u"})
     assert r.status_code == 200

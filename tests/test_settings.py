@@ -55,7 +55,7 @@ def test_models_lists_presets_and_check_shows_both_models(tiny_pair, fim_pair):
     r = run("check", *tiny_pair)
     assert r.returncode == 0 and "vocab size" in r.stdout and "ok: the draft can draft" in r.stdout
     rows = {line[:16].strip(): line[16:].split() for line in r.stdout.splitlines()}
-    assert rows["trained context"] == ["1024", "1024"] and rows["fill in middle"] == ["no", "no"]
+    assert rows["trained context"] == ["32768", "32768"] and rows["fill in middle"] == ["no", "no"]
     assert rows["file"] == [str(p) for p in tiny_pair]  # (columns apart however long the paths)
     r = run("check", fim_pair[0], tiny_pair[1])
     assert "fill in middle  yes" in r.stdout and "cannot pair" in r.stderr
@@ -121,6 +121,6 @@ def test_gpu_layers_on_a_build_without_a_gpu_are_said_to_do_nothing(tiny_pair):
 
 
 def test_a_context_past_what_the_model_was_trained_on_is_said(tiny_pair):
-    r = run("generate", "-m", tiny_pair[0], "-p", "hi", "-n", "2", "-c", "2048")  # (the tiny models: 1024)
+    r = run("generate", "-m", tiny_pair[0], "-p", "hi", "-n", "2", "-c", "40000")  # (the tiny models: 32768)
     assert r.returncode == 0
-    assert "note: --ctx-size 2048 is more than the model was trained on (1024 tokens)" in r.stderr
+    assert "note: --ctx-size 40000 is more than the model was trained on (32768 tokens)" in r.stderr
