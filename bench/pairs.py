@@ -9,7 +9,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from edgespec import backend, benchmark
+from edgespec import backend, workloads
 
 TARGET_Q4 = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 TARGET_F16 = "qwen2.5-coder-1.5b-instruct-f16.gguf"
@@ -54,7 +54,7 @@ def pair_of(args) -> tuple[Path, Path]:
 def load_work(limit: int | None = None) -> list[dict]:
     """The workload set; with limit, the first `limit` prompts of each category, categories interleaved."""
     # the built-in workload of `edgespec bench`; these scripts send single prompts, so the multi-turn chats stay out
-    work = [w for w in json.loads(benchmark.WORKLOADS.read_text()) if "prompt" in w]
+    work = [w for w in json.loads(workloads.WORKLOADS.read_text()) if "prompt" in w]
     if not limit:
         return work
     by_cat = defaultdict(list)

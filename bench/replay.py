@@ -35,7 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from edgespec import autotune, benchmark, report  # noqa: E402
+from edgespec import autotune, benchmark, report, workloads  # noqa: E402
 from edgespec.errors import EdgespecError  # noqa: E402
 from pairs import add_model_args, add_prompt_args, pair_of  # noqa: E402
 from edgespec.recording import predict_again, record, retime  # noqa: E402
@@ -48,8 +48,8 @@ def _progress(done: int, total: int, line: str) -> None:
 
 def do_record(args) -> None:
     target, draft = pair_of(args)
-    items = benchmark.read_jsonl(args.workload) if args.workload else benchmark.builtin()
-    items = benchmark.select(items, args.category or None, args.limit)
+    items = workloads.read_jsonl(args.workload) if args.workload else workloads.builtin()
+    items = workloads.select(items, args.category or None, args.limit)
     print(f"recording {Path(target).name} + {Path(draft).name}: {len(items)} prompts, up to {args.max_tokens} "
           f"tokens (decode costs first: keep the machine otherwise idle)", file=sys.stderr)
     data = record(str(target), str(draft), items, args.max_tokens, args.threads, progress=_progress)
@@ -96,7 +96,7 @@ def do_trace(args) -> None:
     from trace import trace
 
     rec = _recording(args)
-    items = benchmark.select(rec.items(), args.category or None, args.limit, args.skip)
+    items = workloads.select(rec.items(), args.category or None, args.limit, args.skip)
     clock = Clock(args.noise, args.seed, hiccups=args.hiccups, hiccup_s=args.hiccup_ms / 1000)
     target, draft = rec.curves(args.latency_ms, args.verify_slope, args.target_scale, args.draft_slope,
                                args.switch_ms)
@@ -120,7 +120,7 @@ def do_run(args) -> dict:
     rec = _recording(args)
     if args.max_tokens > rec.max_tokens:
         sys.exit(f"replay.py: the recording holds {rec.max_tokens} tokens per text; use -n {rec.max_tokens} or less")
-    items = benchmark.select(rec.items(), args.category or None, args.limit, args.skip)
+    items = workloads.select(rec.items(), args.category or None, args.limit, args.skip)
     modes = benchmark.parse_modes(args.modes, True)
     if any("@" in m for m in modes):
         sys.exit("replay.py: a replay verifies chains only (no @W modes)")

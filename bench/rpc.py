@@ -278,10 +278,10 @@ def _bench_options(extra: list[str]) -> argparse.Namespace:
 def one_process(args, extra: list[str], delays: list[float], modes: list[str], rows: int) -> None:
     """Every setting in this process, prompt by prompt (the module's docstring says why); the same summary."""
     import edgespec
-    from edgespec import benchmark
+    from edgespec import benchmark, workloads
 
     opts = _bench_options(extra)
-    items = benchmark.select(benchmark.read_jsonl(opts.workload) if opts.workload else benchmark.builtin(),
+    items = workloads.select(workloads.read_jsonl(opts.workload) if opts.workload else workloads.builtin(),
                              opts.category, opts.limit, opts.skip)
     target, draft = _pair(args)
     all_modes = ["plain", *modes]

@@ -15,7 +15,7 @@ import time
 import numpy as np
 
 import edgespec
-from edgespec import benchmark
+from edgespec import workloads
 from edgespec.backend.contexts import Context
 
 from pairs import add_model_args, add_prompt_args, pair_of  # noqa: E402
@@ -105,8 +105,8 @@ def main() -> None:
     ap.add_argument("--workload", help="a JSONL of prompts (default: the built-in workload)")
     a = ap.parse_args()
     target, draft = (str(x) for x in pair_of(a))
-    items = benchmark.read_jsonl(a.workload) if a.workload else benchmark.builtin()
-    report(measure(target, draft, benchmark.select(items, a.category, a.limit, a.skip), a.max_tokens, a.threads))
+    items = workloads.read_jsonl(a.workload) if a.workload else workloads.builtin()
+    report(measure(target, draft, workloads.select(items, a.category, a.limit, a.skip), a.max_tokens, a.threads))
 
 
 if __name__ == "__main__":

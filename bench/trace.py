@@ -12,7 +12,8 @@ import argparse
 import collections
 
 from edgespec import Engine
-from edgespec.benchmark import Strategies, builtin
+from edgespec.benchmark import Strategies
+from edgespec.workloads import builtin
 from edgespec.drafting import parts
 from edgespec.proposers import DraftModelProposer
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import benchmark, profile
+from . import benchmark, profile, workloads
 from .costs import WayBack
 from .engine import Engine
 from .proposers import PromptLookupProposer
@@ -79,7 +79,7 @@ def tune(engine: Engine, budget_s: float = 90.0, max_tokens: int = 48, lookup: b
     draft = benchmark.draft_of(engine)
     modes = ["plain"] + ([f"draft:{k}" for k in FIXED_KS if k <= engine.draft_max] if draft else []) + \
         (["lookup"] if lookup or draft is None else [])
-    items = benchmark.select(benchmark.builtin(), limit=1)
+    items = workloads.select(workloads.builtin(), limit=1)
     rep = benchmark.run(engine, modes, items, max_tokens, progress=progress, budget_s=budget_s, calibrations=3,
                         use_profile=False)
     if rep.interrupted:

@@ -111,16 +111,14 @@ class Engine:
     # prompts ----------------------------------------------------------------------------------------------
     def tokenize(self, prompt: str, *, chat_format: bool = False, system: str | None = None,
                  suffix: str | None = None) -> list[int]:
-        """Prompt text -> tokens. Without chat_format the prompt is the model's input as written, so text such as
-        "<|im_end|>" in it is that control token (as in llama.cpp's completion); with chat_format the prompt and
-        system text are message content, wrapped in the model's chat template and always literal text. suffix:
-        fill in the middle, the prompt being the text before the gap and the suffix the text after it, framed with
-        the model's FIM tokens (fim.py; both literal text)."""
+        """Prompt text -> tokens: the model's input as written ("<|im_end|>" in it is that control token, as in
+        llama.cpp's completion); with chat_format, message content (and system text) in the model's chat template,
+        always literal; with a suffix, the text before and after a gap, in the model's FIM tokens (fim.py; literal)."""
         if not isinstance(prompt, str) or any(x is not None and not isinstance(x, str) for x in (system, suffix)):
             raise InvalidArgument("the prompt, the system message and the suffix must be text (str)")
+        if suffix is not None and (chat_format or system is not None):
+            raise InvalidArgument("a suffix (fill in the middle) frames raw text: no chat_format, no system")
         if suffix is not None:
-            if chat_format or system is not None:
-                raise InvalidArgument("a suffix (fill in the middle) frames raw text: no chat_format, no system")
             return fim.tokens(self.model, prompt, suffix)
         if chat_format:
             return self.tokenize_chat(([("system", system)] if system else []) + [("user", prompt)])

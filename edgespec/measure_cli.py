@@ -87,7 +87,7 @@ def bench(modes, workload, categories, limit, skip, fresh, max_tokens, repeats, 
     import json
     from pathlib import Path
 
-    from . import benchmark, report
+    from . import benchmark, report, workloads
     from .diagnostics import divergence
 
     if saved:
@@ -102,8 +102,8 @@ def bench(modes, workload, categories, limit, skip, fresh, max_tokens, repeats, 
                                   f"{'does' if len(given) == 1 else 'do'} not apply: leave "
                                   f"{'it' if len(given) == 1 else 'them'} out, or measure again without --from-json")
         return _show_saved(saved, plot_path)
-    items = benchmark.read_jsonl(workload) if workload else benchmark.builtin()
-    items = benchmark.select(items, categories, limit, skip)
+    items = workloads.read_jsonl(workload) if workload else workloads.builtin()
+    items = workloads.select(items, categories, limit, skip)
     if plot_path:  # checked before anything is measured
         try:
             import matplotlib  # noqa: F401

@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .backend import Context, Model
-from .benchmark import Item
+from .workloads import Item
 from .engine import DEFAULT_CTX, Engine
 from .errors import InvalidArgument
 from .pairing import VocabInfo, check_pair

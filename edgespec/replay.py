@@ -36,7 +36,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from .backend import Context, common_prefix
-from .benchmark import Item
+from .workloads import Item
 from .engine import DEFAULT_CTX, DEFAULT_DRAFT_MAX, Engine
 from .errors import ContextOverflowError, EdgespecError, InvalidArgument
 from .proposers import DraftModelProposer, HybridProposer, PromptLookupProposer

@@ -1,7 +1,7 @@
 """`edgespec serve`: the OpenAI HTTP API over the BatchEngine: routes, authentication, the hand-over of requests to
 the scheduler thread and of events back to the client (openai_api.py owns the wire format; llama_api.py that of
-llama-server's /infill, /tokenize, /detokenize and /props, which editors' plugins and UIs call), metrics, and the server's
-life from load to a clean stop. Every bad request is an OpenAI-style error body with a 4xx.
+llama-server's /infill, /tokenize, /detokenize and /props, which editors' plugins and UIs call), metrics, and the
+server's life from load to a clean stop. Every bad request is an OpenAI-style error body with a 4xx.
 
 Extensions beyond OpenAI's fields: `top_k`, `min_p`, `speculative: {"mode": "auto"|"off"|"draft"|"lookup"|"hybrid",
 "draft_max": K}`, and llama-server's `timings` in every response.

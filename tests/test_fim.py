@@ -170,11 +170,11 @@ def test_infill_on_a_model_without_fim_tokens_is_a_400(server):
 
 
 def test_a_bench_workload_may_fill_gaps(fim_pair, fim_engine, tmp_path):
-    from edgespec import benchmark
+    from edgespec import workloads
 
     path, out = tmp_path / "fim.jsonl", tmp_path / "fim.json"
     path.write_text("".join(json.dumps({"prompt": p, "suffix": s, "category": "fim"}) + "\n" for p, s in GAPS[:3]))
-    items = benchmark.read_jsonl(path)
+    items = workloads.read_jsonl(path)
     assert items[0].tokens(fim_engine) == fim_engine.tokenize(GAPS[0][0], suffix=GAPS[0][1])
     r = subprocess.run([sys.executable, "-m", "edgespec", "bench", "-m", str(fim_pair[0]), "-d", str(fim_pair[1]),
                         "--workload", str(path), "-n", "12", "--modes", "draft:3,lookup,hybrid", "--json", str(out),
@@ -185,5 +185,5 @@ def test_a_bench_workload_may_fill_gaps(fim_pair, fim_engine, tmp_path):
     for bad, says in [({"prompt": "a", "suffix": 3}, "must be text"), ({"suffix": "b"}, "goes with a")]:
         path.write_text(json.dumps(bad) + "\n")
         with pytest.raises(InvalidArgument, match=says):
-            benchmark.read_jsonl(path)
+            workloads.read_jsonl(path)
 

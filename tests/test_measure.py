@@ -7,7 +7,7 @@ import sys
 import pytest
 
 import edgespec
-from edgespec import autotune, benchmark, intervals, profile, report
+from edgespec import autotune, benchmark, intervals, profile, report, workloads
 from edgespec.errors import InvalidArgument
 from edgespec.tuning import CostModel, DraftLength
 
@@ -24,7 +24,7 @@ def run(*args, env=None):
 
 
 def test_the_builtin_workload_is_broad(tiny_pair):
-    items = benchmark.builtin()
+    items = workloads.builtin()
     cats = {}
     for it in items:
         cats[it.category] = cats.get(it.category, 0) + 1
@@ -36,14 +36,14 @@ def test_the_builtin_workload_is_broad(tiny_pair):
         multi = [it for it in items if it.messages]
         assert multi and all(len(it.tokens(e)) > 10 for it in multi[:2])
     # interleaved: one of each category first
-    assert [it.category for it in benchmark.select(items, limit=1)] == list(cats)
+    assert [it.category for it in workloads.select(items, limit=1)] == list(cats)
 
 
 def test_a_users_workload(tmp_path):
     path = tmp_path / "w.jsonl"
     path.write_text('{"prompt": "Hello", "category": "greet"}\n\n'
                     '{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]}\n')
-    items = benchmark.read_jsonl(path)
+    items = workloads.read_jsonl(path)
     assert [it.category for it in items] == ["greet", "prompts"] and items[1].messages
     for bad, says in [('{"prompt": ""}', "line 1"), ("not json", "line 1: not JSON"),
                       ('{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}',
@@ -51,16 +51,16 @@ def test_a_users_workload(tmp_path):
                       ('{"prompt": "a", "category": 3}', "category")]:
         path.write_text(bad + "\n")
         with pytest.raises(InvalidArgument, match=says):
-            benchmark.read_jsonl(path)
+            workloads.read_jsonl(path)
     path.write_text("\n")
     with pytest.raises(InvalidArgument, match="holds no prompts"):
-        benchmark.read_jsonl(path)
+        workloads.read_jsonl(path)
     with pytest.raises(InvalidArgument, match="no category nope"):
-        benchmark.select(items, ["nope"])
-    math = [it for it in benchmark.builtin() if it.category == "math"]
-    assert benchmark.select(benchmark.builtin(), ["math"], skip=5) == math[5:]  # the first 5 left out
+        workloads.select(items, ["nope"])
+    math = [it for it in workloads.builtin() if it.category == "math"]
+    assert workloads.select(workloads.builtin(), ["math"], skip=5) == math[5:]  # the first 5 left out
     with pytest.raises(InvalidArgument, match="leaves no prompt"):
-        benchmark.select(items, skip=1)
+        workloads.select(items, skip=1)
 
 
 def test_modes():
@@ -119,7 +119,7 @@ def test_bench_fresh_starts_every_prompt_anew(tiny_pair, profiles, monkeypatch):
         return real(self, proposers, curve)
 
     monkeypatch.setattr(edgespec.Engine, "use_profile", counting)
-    items = benchmark.select(benchmark.builtin(), ["code_edit", "math"], limit=1, skip=1)
+    items = workloads.select(workloads.builtin(), ["code_edit", "math"], limit=1, skip=1)
     with edgespec.Engine.load(tiny_pair[0], draft=tiny_pair[1], n_ctx=2048, n_threads=2) as e:
         rep = benchmark.run(e, ["plain", "draft", "hybrid"], items, max_tokens=8, fresh=True)
     assert seeded == [2, 2]  # at the start (the first prompt), then for each later one: new proposers and policies
@@ -129,7 +129,7 @@ def test_bench_fresh_starts_every_prompt_anew(tiny_pair, profiles, monkeypatch):
 def test_sessions_interleaved_prompt_by_prompt_measure_what_run_does(tiny_pair, profiles):
     """benchmark.Session, which bench/rpc.py --one-process steps through prompt by prompt for several engines: the
     same tallies as run() on one engine (greedy: every mode writes plain's tokens), each engine its own report."""
-    items = benchmark.select(benchmark.builtin(), ["code_edit", "math"], limit=1, skip=1)
+    items = workloads.select(workloads.builtin(), ["code_edit", "math"], limit=1, skip=1)
     modes = ["plain", "draft", "draft:2"]
     with edgespec.Engine.load(tiny_pair[0], draft=tiny_pair[1], n_ctx=2048, n_threads=2) as a, \
             edgespec.Engine.load(tiny_pair[0], draft=tiny_pair[1], n_ctx=2048, n_threads=2) as b:
@@ -298,11 +298,11 @@ def test_ctrl_c_keeps_what_bench_measured(tiny_pair):
             raise KeyboardInterrupt
 
     with edgespec.Engine.load(tiny_pair[0], draft=tiny_pair[1], n_ctx=4096, n_threads=2, draft_max=4) as e:
-        items = benchmark.select(benchmark.builtin(), limit=1)
+        items = workloads.select(workloads.builtin(), limit=1)
         rep = benchmark.run(e, ["plain", "draft:2"], items, 6, progress=stop)
         assert rep.interrupted and rep.rows()["draft:2"]["overall"]["prompts"] == 2  # the two finished items
 
-        class Interrupted(benchmark.Item):
+        class Interrupted(workloads.Item):
             def tokens(self, engine):
                 raise KeyboardInterrupt
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from edgespec import autotune, benchmark
+from edgespec import autotune, benchmark, workloads
 from edgespec.backend import Context, Model
 from edgespec.engine import Engine
 from edgespec.errors import InvalidArgument
@@ -24,7 +24,7 @@ N = 24
 
 @pytest.fixture(scope="module")
 def recording(tiny_pair, tmp_path_factory):
-    items = benchmark.select(benchmark.builtin(), limit=1)  # one per category: what tune measures on
+    items = workloads.select(workloads.builtin(), limit=1)  # one per category: what tune measures on
     data = record(str(tiny_pair[0]), str(tiny_pair[1]), items, N, n_threads=2, repeats=2)
     path = tmp_path_factory.mktemp("replay") / "tiny.json"
     path.write_text(json.dumps(data))
@@ -201,7 +201,7 @@ def test_tune_on_the_built_in_prompts_profiles_a_recording_of_others(tiny_pair, 
     """bench/replay.py --tune-on: `tune` measures on another recording of the pair (the built-in prompts it
     measures on) under this one's costs, and writes the profile an engine of this recording reads, as for a user
     who ran `edgespec tune` once and then works on prompts of their own. Another pair's recording is refused."""
-    items = benchmark.select(benchmark.builtin(), limit=1, skip=1)[:3]  # prompts tune never measures on
+    items = workloads.select(workloads.builtin(), limit=1, skip=1)[:3]  # prompts tune never measures on
     data = record(str(tiny_pair[0]), str(tiny_pair[1]), items, N, n_threads=2, repeats=2)
     path = tmp_path / "mine.json"
     path.write_text(json.dumps(data))
