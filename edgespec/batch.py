@@ -270,7 +270,7 @@ class BatchEngine:
                 event.logprob, event.top = _logprobs(logits[j], tok, g.req.logprobs)
             self._emit(handle, event)
             if g.text.stopped:
-                g.finish = "stop"
+                g.finish = "length" if g.text.stopped_by is None else "stop"  # (None: min_indent's limit)
             elif len(g.out) >= g.req.max_tokens or self._out_of_time(g):
                 g.finish = "length"
             if g.finish:

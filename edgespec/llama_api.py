@@ -2,17 +2,18 @@
 plugins made for llama-server call (llama.vscode, llama.vim): its fields to a Request (fim.infill builds the prompt;
 the rest of the body is read as `/v1/completions` reads it), and its answer, whole or streamed, in llama-server's
 shape (`content`, `stop`, `stop_type`, `tokens_predicted`, `timings`, and only the `response_fields` asked for); its
-`t_max_predict_ms` honoured as llama-server honours it (Request.time_limit_s), `n_indent`, `t_max_prompt_ms` and its
-own sampler chain (`samplers`) not (unknown fields are ignored, as /v1/completions ignores them). `/tokenize` and
-`/detokenize`, which UIs use to count a conversation's tokens against the context, and `/props`, where they read
-the context size and the chat template."""
+`t_max_predict_ms` and `n_indent` honoured as llama-server honours them (Request.time_limit_s, min_indent),
+`t_max_prompt_ms` and its own sampler chain (`samplers`) not (unknown fields are ignored, as /v1/completions ignores
+them). `/tokenize` and `/detokenize`, which UIs use to count a conversation's tokens against the context, and
+`/props`, where they read the context size and the chat template."""
 from __future__ import annotations
 
 from . import fim
 from .errors import ContextOverflowError, EdgespecError
 from .openai_api import Answer, BadRequest, parse as parse_completion, timings
 
-OWN = ("input_prefix", "input_suffix", "input_extra", "prompt", "n_predict", "response_fields", "t_max_predict_ms")
+OWN = ("input_prefix", "input_suffix", "input_extra", "prompt", "n_predict", "response_fields", "t_max_predict_ms",
+       "n_indent")
 OPENAI_ONLY = ("suffix", "echo", "logprobs", "best_of", "n", "max_tokens", "max_completion_tokens")
 
 
@@ -36,6 +37,9 @@ def parse(body, state) -> tuple:
     limit_ms = body.get("t_max_predict_ms", 0)
     if isinstance(limit_ms, bool) or not isinstance(limit_ms, (int, float)) or not 0 <= limit_ms < float("inf"):
         raise BadRequest("'t_max_predict_ms' must be a number of milliseconds >= 0 (0: no limit)", "t_max_predict_ms")
+    n_indent = body.get("n_indent", 0)
+    if isinstance(n_indent, bool) or not isinstance(n_indent, int) or n_indent < 0:
+        raise BadRequest("'n_indent' must be an integer >= 0 (0: no rule)", "n_indent")
     fields = body.get("response_fields")
     if fields is not None and (not isinstance(fields, list) or not all(isinstance(f, str) for f in fields)):
         raise BadRequest("'response_fields' must be a list of strings", "response_fields")
@@ -52,7 +56,7 @@ def parse(body, state) -> tuple:
     rest = {k: v for k, v in body.items() if k not in OWN and k not in OPENAI_ONLY}
     req, how = parse_completion({**rest, "prompt": tokens,
                                  "max_tokens": n_predict if n_predict >= 0 else n_ctx - len(tokens)}, state, False)
-    req.time_limit_s = limit_ms / 1000 if limit_ms else None
+    req.time_limit_s, req.min_indent = (limit_ms / 1000 if limit_ms else None), n_indent
     return req, {**how, "native": True, "truncated": cut, "fields": fields}
 
 

@@ -39,9 +39,11 @@ class Request:
     logprobs: int | None = None  # None: none; n >= 0: the chosen token's log-probability and the n most likely
     on_event: Callable[["Event"], None] | None = None  # called from the scheduler thread
     constraint: Constraint | None = None  # the output must match a grammar or JSON schema
-    # llama-server's t_max_predict_ms (editors' completions): once the text holds a line end and its generation has
-    # taken this long, the text ends there ("length")
+    # llama-server's t_max_predict_ms and n_indent (editors' completions): once the text holds a line end and its
+    # generation has taken this long, it ends there; a line after the first indented less than min_indent ends it
+    # where its first character would be (both a "length", llama-server's limit)
     time_limit_s: float | None = None
+    min_indent: int = 0
 
 
 @dataclass
@@ -69,7 +71,7 @@ class Generation:
         self.guide = Guide(req.sampling, grammar, self.seq, model.n_vocab, model.is_eog) \
             if Guide.needed(req.sampling, grammar) else None
         self.out: list[int] = []
-        self.text = TextStream(req.stop)
+        self.text = TextStream(req.stop, req.min_indent)
         self.rng = np.random.default_rng(req.sampling.seed)
         self.stats = GenerationStats(n_prompt=len(req.prompt))
         self.lookup = PromptLookupProposer.for_model(model)

@@ -3,6 +3,7 @@ library, `generate --suffix` and the server's `suffix`; lossless under speculati
 import dataclasses
 import json
 import math
+import re
 import subprocess
 import sys
 
@@ -152,6 +153,15 @@ def _llama_servers_infill(s, fim_engine):
                            "logit_bias": {str(ord("\n")): 4.0}, "ignore_eos": True, "t_max_predict_ms": 1}).json()
     assert "\n" in r["content"] and ref.text.startswith(r["content"]) and r["stop_type"] == "limit", (r, ref.text)
     assert r["tokens_predicted"] < len(ref.tokens)  # a line has ended and the time is up: no more lines
+    for n_indent in (1, 2):  # a later line with fewer blanks before its first character (or none) ends the answer
+        cut = re.search(r"\n[ \t]{0,%d}(?=[^ \t])" % (n_indent - 1), ref.text).end()
+        body = {"input_prefix": "ab", "input_suffix": "cd", "n_predict": 200, "temperature": 0, "ignore_eos": True,
+                "logit_bias": {str(ord("\n")): 4.0}, "n_indent": n_indent}
+        r = s.post("/infill", body).json()
+        assert (r["content"], r["stop_type"]) == (ref.text[:cut], "limit"), n_indent
+        with httpx.stream("POST", s.url + "/infill", json={**body, "stream": True}, timeout=60) as resp:
+            events = [json.loads(line[6:]) for line in resp.iter_lines() if line.startswith("data: ")]
+        assert "".join(e["content"] for e in events) == ref.text[:cut]  # nothing shown past the cut
     r = s.post("/infill", {"input_prefix": "ab", "input_suffix": "cd", "n_predict": 4,
                            "response_fields": ["content", "timings/predicted_n", "no/such"]}).json()
     assert set(r) == {"content", "timings/predicted_n"} and r["timings/predicted_n"] == 4
@@ -159,7 +169,7 @@ def _llama_servers_infill(s, fim_engine):
     assert r["truncated"] and r["tokens_evaluated"] <= 1024 - 16 and r["tokens_predicted"] == 16  # fits the context
     for body, param in (({"input_prefix": 5}, "input_prefix"), ({"input_extra": [{"text": 1}]}, "input_extra"),
                         ({"n_predict": -2}, "n_predict"), ({"response_fields": "content"}, "response_fields"),
-                        ({"t_max_predict_ms": -1}, "t_max_predict_ms")):
+                        ({"t_max_predict_ms": -1}, "t_max_predict_ms"), ({"n_indent": "4"}, "n_indent")):
         r = s.post("/infill", body)
         assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
 
