@@ -54,10 +54,21 @@ def parse(body, state) -> tuple:
     except EdgespecError as e:
         raise BadRequest(str(e), "input_suffix", "unsupported_value") from None
     rest = {k: v for k, v in body.items() if k not in OWN and k not in OPENAI_ONLY}
+    if isinstance(rest.get("logit_bias"), list):
+        rest["logit_bias"] = _bias_pairs(rest["logit_bias"])
     req, how = parse_completion({**rest, "prompt": tokens,
                                  "max_tokens": n_predict if n_predict >= 0 else n_ctx - len(tokens)}, state, False)
     req.time_limit_s, req.min_indent = (limit_ms / 1000 if limit_ms else None), n_indent
     return req, {**how, "native": True, "truncated": cut, "fields": fields}
+
+
+def _bias_pairs(pairs: list) -> dict:
+    """llama-server's list form of logit_bias, [[token id, bias or false (never)], ...], as OpenAI's map."""
+    if not all(isinstance(p, list) and len(p) == 2 and isinstance(p[0], int) and not isinstance(p[0], bool)
+               and (p[1] is False or isinstance(p[1], (int, float)) and not isinstance(p[1], bool)) for p in pairs):
+        raise BadRequest("'logit_bias' must be [[token id, bias or false], ...] or a map of token ids to biases",
+                         "logit_bias")
+    return {str(token): -100 if value is False else value for token, value in pairs}
 
 
 def _stop_type(finish: str | None, word: str | None) -> str:

@@ -155,8 +155,9 @@ def _llama_servers_infill(s, fim_engine):
     assert r["tokens_predicted"] < len(ref.tokens)  # a line has ended and the time is up: no more lines
     for n_indent in (1, 2):  # a later line with fewer blanks before its first character (or none) ends the answer
         cut = re.search(r"\n[ \t]{0,%d}(?=[^ \t])" % (n_indent - 1), ref.text).end()
+        bias = {str(ord("\n")): 4.0} if n_indent == 1 else [[ord("\n"), 4.0], [ord("\x7f"), False]]  # (both forms)
         body = {"input_prefix": "ab", "input_suffix": "cd", "n_predict": 200, "temperature": 0, "ignore_eos": True,
-                "logit_bias": {str(ord("\n")): 4.0}, "n_indent": n_indent}
+                "logit_bias": bias, "n_indent": n_indent}
         r = s.post("/infill", body).json()
         assert (r["content"], r["stop_type"]) == (ref.text[:cut], "limit"), n_indent
         with httpx.stream("POST", s.url + "/infill", json={**body, "stream": True}, timeout=60) as resp:
@@ -169,7 +170,8 @@ def _llama_servers_infill(s, fim_engine):
     assert r["truncated"] and r["tokens_evaluated"] <= 1024 - 16 and r["tokens_predicted"] == 16  # fits the context
     for body, param in (({"input_prefix": 5}, "input_prefix"), ({"input_extra": [{"text": 1}]}, "input_extra"),
                         ({"n_predict": -2}, "n_predict"), ({"response_fields": "content"}, "response_fields"),
-                        ({"t_max_predict_ms": -1}, "t_max_predict_ms"), ({"n_indent": "4"}, "n_indent")):
+                        ({"t_max_predict_ms": -1}, "t_max_predict_ms"), ({"n_indent": "4"}, "n_indent"),
+                        ({"logit_bias": [["hello", 1.0]]}, "logit_bias")):
         r = s.post("/infill", body)
         assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
 
