@@ -11,20 +11,21 @@ from __future__ import annotations
 from . import fim
 from .errors import ContextOverflowError, EdgespecError
 from .openai_api import Answer, BadRequest, parse as parse_completion, timings
+from .sequences import Request
 
 OWN = ("input_prefix", "input_suffix", "input_extra", "prompt", "n_predict", "response_fields", "t_max_predict_ms",
        "n_indent")
 OPENAI_ONLY = ("suffix", "echo", "logprobs", "best_of", "n", "max_tokens", "max_completion_tokens")
 
 
-def parse(body, state) -> tuple:
+def parse(body, state) -> tuple[Request, dict]:
     """An /infill body -> the engine's Request and how to render the answer (openai_api.parse's, plus what the
     answer needs of the prompt: its length and whether it was cut to fit the context)."""
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
     texts = {}
     for name in ("input_prefix", "input_suffix", "prompt"):
-        texts[name] = body.get(name) or ""
+        texts[name] = "" if body.get(name) is None else body[name]
         if not isinstance(texts[name], str):
             raise BadRequest(f"'{name}' must be a string", name)
     extra = body.get("input_extra") or []

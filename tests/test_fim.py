@@ -168,7 +168,7 @@ def _llama_servers_infill(s, fim_engine):
     assert set(r) == {"content", "timings/predicted_n"} and r["timings/predicted_n"] == 4
     r = s.post("/infill", {"input_prefix": "p" * 3000, "input_suffix": "s" * 3000, "n_predict": 16}).json()
     assert r["truncated"] and r["tokens_evaluated"] <= 1024 - 16 and r["tokens_predicted"] == 16  # fits the context
-    for body, param in (({"input_prefix": 5}, "input_prefix"), ({"input_extra": [{"text": 1}]}, "input_extra"),
+    for body, param in (({"input_prefix": 5}, "input_prefix"), ({"input_suffix": False}, "input_suffix"), ({"input_extra": [{"text": 1}]}, "input_extra"),
                         ({"n_predict": -2}, "n_predict"), ({"response_fields": "content"}, "response_fields"),
                         ({"t_max_predict_ms": -1}, "t_max_predict_ms"), ({"n_indent": "4"}, "n_indent"),
                         ({"logit_bias": [["hello", 1.0]]}, "logit_bias")):
