@@ -24,7 +24,7 @@ HELP = """commands:
   /system TEXT   set the system prompt (no TEXT: remove it)
   /save FILE     write the conversation as JSON      /load FILE   continue a saved one
   /help          this list                           /exit        leave (also Ctrl-D)
-Several lines in one message: begin and end it with \"\"\", or end a line with \\ to go on to the next.
+Pasted text is one message. Typed over several lines: begin and end it with \"\"\", or end lines with \\.
 Ctrl-C stops a reply and keeps what was written."""
 FENCE = '"""'  # a message of several lines, as in Ollama
 DRAFT_COLOR = "cyan"
