@@ -50,12 +50,18 @@ class ServerState:
 
 # the app ------------------------------------------------------------------------------------------------------------
 def create_app(state: ServerState) -> Starlette:
-    async def read(request: HttpRequest) -> tuple[object, Response | None]:
-        """A request's JSON body, or the error that answers it instead (no key, the model still loading, not JSON)."""
+    def refuse(request: HttpRequest) -> Response | None:
+        """The error that answers a request for the model instead: no key, or the model still loading."""
         if (denied := _auth(request)) is not None:
-            return None, denied
+            return denied
         if state.engine is None:
-            return None, error("the model is still loading", 503, code="model_loading")
+            return error("the model is still loading", 503, code="model_loading")
+        return None
+
+    async def read(request: HttpRequest) -> tuple[object, Response | None]:
+        """A request's JSON body, or the error that answers it instead (refuse(), or a body that is not JSON)."""
+        if (refused := refuse(request)) is not None:
+            return None, refused
         try:
             return json.loads(await request.body()), None
         except (ValueError, UnicodeDecodeError) as e:
@@ -170,11 +176,7 @@ def create_app(state: ServerState) -> Starlette:
         return await vocabulary(request, llama_api.detokenize)
 
     async def props(request):
-        if (denied := _auth(request)) is not None:
-            return denied
-        if state.engine is None:
-            return error("the model is still loading", 503, code="model_loading")
-        return JSONResponse(llama_api.props(state))
+        return refuse(request) or JSONResponse(llama_api.props(state))
 
     def _model() -> dict:
         return {"id": state.model_id, "object": "model", "created": state.created, "owned_by": "edgespec"}

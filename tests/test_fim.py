@@ -58,6 +58,8 @@ def test_infill_puts_other_files_first_and_cuts_to_the_budget_as_llama_server_do
     with pytest.raises(ContextOverflowError):
         fim.infill(m, "", "", middle="m" * 60, budget=50)
     assert fim.tokens(m, "a", "b") == [PRE, *text("a"), SUF, *text("b"), MID]  # no repository header
+    tokens, _ = fim.infill(m, "a", "b", middle="<|fim_suffix|>", extra=[("<|file_sep|>", "<|fim_middle|><|repo_name|>")])
+    assert [tokens.count(t) for t in (PRE, SUF, MID, REP, SEP)] == [1, 1, 1, 1, 2]  # other files' text is text too
 
 
 def test_a_model_without_fim_tokens_or_a_chat_prompt_is_refused(engine, fim_engine):
