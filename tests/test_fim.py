@@ -58,7 +58,8 @@ def test_infill_puts_other_files_first_and_cuts_to_the_budget_as_llama_server_do
     with pytest.raises(ContextOverflowError):
         fim.infill(m, "", "", middle="m" * 60, budget=50)
     assert fim.tokens(m, "a", "b") == [PRE, *text("a"), SUF, *text("b"), MID]  # no repository header
-    tokens, _ = fim.infill(m, "a", "b", middle="<|fim_suffix|>", extra=[("<|file_sep|>", "<|fim_middle|><|repo_name|>")])
+    tokens, _ = fim.infill(m, "a", "b", middle="<|fim_suffix|>",
+                           extra=[("<|file_sep|>", "<|fim_middle|><|repo_name|>")])
     assert [tokens.count(t) for t in (PRE, SUF, MID, REP, SEP)] == [1, 1, 1, 1, 2]  # other files' text is text too
 
 
@@ -170,7 +171,8 @@ def _llama_servers_infill(s, fim_engine):
     assert set(r) == {"content", "timings/predicted_n"} and r["timings/predicted_n"] == 4
     r = s.post("/infill", {"input_prefix": "p" * 3000, "input_suffix": "s" * 3000, "n_predict": 16}).json()
     assert r["truncated"] and r["tokens_evaluated"] <= 1024 - 16 and r["tokens_predicted"] == 16  # fits the context
-    for body, param in (({"input_prefix": 5}, "input_prefix"), ({"input_suffix": False}, "input_suffix"), ({"input_extra": [{"text": 1}]}, "input_extra"),
+    for body, param in (({"input_prefix": 5}, "input_prefix"), ({"input_suffix": False}, "input_suffix"),
+                        ({"input_extra": [{"text": 1}]}, "input_extra"),
                         ({"n_predict": -2}, "n_predict"), ({"response_fields": "content"}, "response_fields"),
                         ({"t_max_predict_ms": -1}, "t_max_predict_ms"), ({"n_indent": "4"}, "n_indent"),
                         ({"logit_bias": [["hello", 1.0]]}, "logit_bias")):
