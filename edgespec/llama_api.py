@@ -60,7 +60,7 @@ def parse(body, state) -> tuple[Request, dict]:
     req, how = parse_completion({**rest, "prompt": tokens,
                                  "max_tokens": n_predict if n_predict >= 0 else n_ctx - len(tokens)}, state, False)
     req.time_limit_s, req.min_indent = (limit_ms / 1000 if limit_ms else None), n_indent
-    return req, {**how, "native": True, "truncated": cut, "fields": fields}
+    return req, {**how, "truncated": cut, "fields": fields}
 
 
 def _bias_pairs(pairs: list) -> dict:
@@ -109,6 +109,9 @@ class InfillAnswer(Answer):
 
     def body(self, last) -> dict:
         return _select(self._final(last), self.how["fields"])
+
+    def tail(self):
+        return ()  # (llama-server's own stream ends with its stop chunk, no [DONE])
 
     def chunk(self, ev, first: bool = False, last=None) -> dict | None:
         if first:

@@ -386,6 +386,29 @@ class Answer:
             out["timings"] = timings(last.stats)
         return out
 
+    def frames(self, ev: Event | None):
+        """The server-sent events that show an event of the stream (None: its opening), after add(ev)."""
+        if ev is None:
+            if (opening := self.chunk(None, first=True)) is not None:
+                yield sse(opening)
+            return
+        if (ev.text or (ev.logprob is not None and ev.finish_reason is None)) and (chunk := self.chunk(ev)) is not None:
+            yield sse(chunk)
+        if ev.finish_reason is None:
+            return
+        if ev.error:
+            yield sse({"error": {"message": f"generation failed: {ev.error}", "type": "server_error"}})
+        yield sse(self.chunk(None, last=ev))
+        yield from self.tail()
+
+    def tail(self):
+        """What an OpenAI stream ends with: the usage chunk when asked for, and [DONE]."""
+        if self.how["include_usage"]:
+            yield sse({"id": self.id, "object": "chat.completion.chunk" if self.how["chat"] else "text_completion",
+                       "created": self.created, "model": self.state.model_id, "choices": [],
+                       "usage": usage(self.req, self.n_out)})
+        yield "data: [DONE]\n\n"
+
 
 def sse(data) -> str:
     """One server-sent event."""

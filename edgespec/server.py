@@ -1,6 +1,7 @@
 """`edgespec serve`: the OpenAI HTTP API over the BatchEngine: routes, authentication, the hand-over of requests to
-the scheduler thread and of events back to the client (openai_api.py owns the wire format; llama_api.py that of
-llama-server's /infill, /tokenize, /detokenize and /props, which editors' plugins and UIs call), metrics, and the
+the scheduler thread and of events back to the client (openai_api.py owns the wire format, responses_api.py that
+of OpenAI's Responses API; llama_api.py that of llama-server's /infill, /tokenize, /detokenize and /props, which
+editors' plugins and UIs call), metrics, and the
 server's life from load to a clean stop. Every bad request is an OpenAI-style error body with a 4xx.
 
 Extensions beyond OpenAI's fields: `top_k`, `min_p`, `speculative: {"mode": "auto"|"off"|"draft"|"lookup"|"hybrid",
@@ -26,8 +27,8 @@ from starlette.routing import Route
 
 from .batch import BatchEngine, Event, QueueFull
 from .errors import ContextOverflowError, EdgespecError
-from . import llama_api
-from .openai_api import Answer, BadRequest, parse, sse, usage
+from . import llama_api, responses_api
+from .openai_api import Answer, BadRequest, parse
 from .sampling import SamplingConfig
 
 
@@ -46,6 +47,14 @@ class ServerState:
     engine: BatchEngine | None = None  # None while loading
     load_error: str | None = None
     created: int = field(default_factory=lambda: int(time.time()))
+    responses: responses_api.Store = field(default_factory=responses_api.Store)  # for previous_response_id
+
+
+# each endpoint that generates: how its body is read, how its answer is written, the field that holds the prompt
+ENDPOINTS = {"chat": (lambda body, state: parse(body, state, True), Answer, "messages"),
+             "text": (lambda body, state: parse(body, state, False), Answer, "prompt"),
+             "infill": (llama_api.parse, llama_api.InfillAnswer, "input_prefix"),
+             "responses": (responses_api.parse, responses_api.ResponsesAnswer, "input")}
 
 
 # the app ------------------------------------------------------------------------------------------------------------
@@ -67,15 +76,16 @@ def create_app(state: ServerState) -> Starlette:
         except (ValueError, UnicodeDecodeError) as e:
             return None, error(f"the request body is not valid JSON: {e}")
 
-    async def completions(request: HttpRequest, is_chat: bool, infill: bool = False) -> Response:
+    async def completions(request: HttpRequest, endpoint: str) -> Response:
         body, refused = await read(request)
         if refused is not None:
             return refused
         events: asyncio.Queue[Event] = asyncio.Queue()
         loop = asyncio.get_running_loop()
+        read_body, render, prompt_field = ENDPOINTS[endpoint]
 
         def admit():  # tokenizing a long prompt, compiling a grammar: work kept off the event loop
-            req, how = llama_api.parse(body, state) if infill else parse(body, state, is_chat)
+            req, how = read_body(body, state)
             req.on_event = lambda ev: loop.call_soon_threadsafe(events.put_nowait, ev)
             return req, how, state.engine.submit(req)
 
@@ -84,13 +94,13 @@ def create_app(state: ServerState) -> Starlette:
         except BadRequest as e:
             return error(str(e), e.status, e.param, e.code)
         except ContextOverflowError as e:
-            return error(f"{e}; shorten the prompt or start the server with a larger --ctx-size", 400, "messages"
-                         if is_chat else "prompt", "context_length_exceeded")
+            return error(f"{e}; shorten the prompt or start the server with a larger --ctx-size", 400, prompt_field,
+                         "context_length_exceeded")
         except QueueFull as e:
             return error(f"{e}; try again later", 503, code="server_busy")
         except EdgespecError as e:
             return error(str(e), 400)
-        answer = (llama_api.InfillAnswer if infill else Answer)(state, req, how)
+        answer = render(state, req, how)
         if how["stream"]:
             return StreamingResponse(_stream(answer, events, handle), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache"})
@@ -117,31 +127,16 @@ def create_app(state: ServerState) -> Starlette:
     async def _stream(answer: Answer, events: asyncio.Queue, handle):
         done = False
         try:
-            if (opening := answer.chunk(None, first=True)) is not None:
-                yield sse(opening)
+            for frame in answer.frames(None):
+                yield frame
             while True:
                 ev = await events.get()
-                if ev.finish_reason is None:
-                    answer.add(ev)
-                    if (ev.text or ev.logprob is not None) and (chunk := answer.chunk(ev)) is not None:
-                        yield sse(chunk)
-                    continue
                 answer.add(ev)
-                if ev.text and (chunk := answer.chunk(ev)) is not None:
-                    yield sse(chunk)
-                if ev.error:
-                    yield sse({"error": {"message": f"generation failed: {ev.error}", "type": "server_error"}})
-                yield sse(answer.chunk(None, last=ev))
-                if answer.how.get("native"):  # llama-server's own stream ends with its stop chunk, no [DONE]
+                for frame in answer.frames(ev):
+                    yield frame
+                if ev.finish_reason is not None:
                     done = True
                     return
-                if answer.how["include_usage"]:
-                    yield sse({"id": answer.id, "object": "chat.completion.chunk" if answer.how["chat"] else
-                                "text_completion", "created": answer.created, "model": state.model_id,
-                                "choices": [], "usage": usage(answer.req, answer.n_out)})
-                yield "data: [DONE]\n\n"
-                done = True
-                return
         finally:
             if not done:  # the client went away mid-stream: free its sequence at the next step
                 handle.cancel()
@@ -152,13 +147,28 @@ def create_app(state: ServerState) -> Starlette:
         return None
 
     async def chat_completions(request):
-        return await completions(request, True)
+        return await completions(request, "chat")
 
     async def text_completions(request):
-        return await completions(request, False)
+        return await completions(request, "text")
 
     async def infill(request):
-        return await completions(request, False, infill=True)
+        return await completions(request, "infill")
+
+    async def responses(request):
+        return await completions(request, "responses")
+
+    async def stored_response(request):  # GET or DELETE /v1/responses/{id}
+        if (refused := refuse(request)) is not None:
+            return refused
+        id = request.path_params["id"]
+        kept = state.responses.get(id)
+        if kept is None:
+            return error(f"no stored response {id!r}", 404, "response_id", "not_found")
+        if request.method == "DELETE":
+            state.responses.delete(id)
+            return JSONResponse({"id": id, "object": "response", "deleted": True})
+        return JSONResponse(kept[0])
 
     async def vocabulary(request, answer):  # llama-server's /tokenize and /detokenize
         body, refused = await read(request)
@@ -207,6 +217,8 @@ def create_app(state: ServerState) -> Starlette:
 
     routes = [Route("/v1/chat/completions", chat_completions, methods=["POST"]),
               Route("/v1/completions", text_completions, methods=["POST"]),
+              Route("/v1/responses", responses, methods=["POST"]),
+              Route("/v1/responses/{id}", stored_response, methods=["GET", "DELETE"]),
               Route("/infill", infill, methods=["POST"]), Route("/tokenize", tokenize, methods=["POST"]),
               Route("/detokenize", detokenize, methods=["POST"]), Route("/props", props, methods=["GET"]),
               Route("/v1/models", models, methods=["GET"]), Route("/v1/models/{model:path}", model, methods=["GET"]),
