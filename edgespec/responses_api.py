@@ -16,6 +16,7 @@ from collections import OrderedDict
 
 from .openai_api import Answer, BadRequest, parse as parse_chat, timings
 from .sequences import Event, Request
+from .tools import Parts
 
 KEPT = 1000  # finished responses kept for previous_response_id; the oldest go first
 PASSED = ("temperature", "top_p", "top_k", "min_p", "seed", "repeat_penalty", "repeat_last_n", "presence_penalty",
@@ -218,8 +219,8 @@ class ResponsesAnswer(Answer):
         super().__init__(state, req, how)
         self.id = _id("resp")
         self.items: list[dict] = []
+        self.parts = Parts(self.calls is not None)
         self._message: dict | None = None  # the message item text is being added to
-        self._held = ""  # blanks before anything else: shown once text follows, dropped before a call
         self._events: list[dict] = []  # the stream's events not yet sent
         self._seq = 0
         self.final: dict | None = None
@@ -228,31 +229,25 @@ class ResponsesAnswer(Answer):
     def add(self, ev: Event) -> None:
         super().add(ev)
         entries = self.logprobs[-1:] if ev.logprob is not None and self.calls is None else []
-        if self.calls is None:
-            content, calls = ev.text, []
-        else:
-            content, calls = self.calls.feed(ev.text)
-        if ev.finish_reason is not None and self.calls is not None:
-            content += self.calls.rest()
-        self._text(content, entries)
-        for call in calls:
-            self._call(call)
+        ended = "completed" if ev.finish_reason in (None, "stop", "grammar") else "incomplete"
+        for op, *args in self.parts.feed(ev.text, entries, end=ev.finish_reason is not None):
+            if op == "open":
+                self._open_message()
+            elif op == "text":
+                self._text(*args)
+            elif op == "close":
+                self._close(ended)
+            else:
+                self._call(*args)
         if ev.finish_reason is not None:
             self._end(ev)
 
     def _text(self, text: str, entries: list[dict]) -> None:
-        if self._message is None:
-            if not (self._held + text).strip() and not entries:
-                self._held += text
-                return
-            text, self._held = self._held + text, ""
-            self._open_message()
         part = self._message["content"][0]
         part["text"] += text
         part["logprobs"] += entries
-        if text or entries:
-            self._emit("response.output_text.delta", item_id=self._message["id"], output_index=len(self.items) - 1,
-                       content_index=0, delta=text, logprobs=entries)
+        self._emit("response.output_text.delta", item_id=self._message["id"], output_index=len(self.items) - 1,
+                   content_index=0, delta=text, logprobs=entries)
 
     def _open_message(self) -> None:
         self._message = {"type": "message", "id": _id("msg"), "status": "in_progress", "role": "assistant",
@@ -266,8 +261,6 @@ class ResponsesAnswer(Answer):
         return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
 
     def _call(self, call: dict) -> None:
-        self._close("completed")
-        self._held = ""
         fn = call["function"]
         item = {"type": "function_call", "id": _id("fc"), "call_id": call["id"], "name": fn["name"],
                 "arguments": "", "status": "in_progress"}
@@ -285,8 +278,6 @@ class ResponsesAnswer(Answer):
 
     def _close(self, status: str) -> None:
         item, self._message = self._message, None
-        if item is None:
-            return
         item["status"] = status
         part, index = item["content"][0], self.items.index(item)
         self._emit("response.output_text.done", item_id=item["id"], output_index=index, content_index=0,
@@ -295,12 +286,7 @@ class ResponsesAnswer(Answer):
         self._emit("response.output_item.done", output_index=index, item=item)
 
     def _end(self, last: Event) -> None:
-        if not self.items:  # blanks alone, or nothing: the answer is still a message
-            text, self._held = self._held, ""
-            self._open_message()
-            self._text(text, [])
         finished = last.finish_reason in ("stop", "grammar")
-        self._close("completed" if finished else "incomplete")
         status = "failed" if last.error else "completed" if finished else "incomplete"
         self.final = self._response(status, last)
         if last.error:

@@ -1,8 +1,9 @@
 """`edgespec serve`: the OpenAI HTTP API over the BatchEngine: routes, authentication, the hand-over of requests to
-the scheduler thread and of events back to the client (openai_api.py owns the wire format, responses_api.py that
-of OpenAI's Responses API; llama_api.py that of llama-server's /infill, /tokenize, /detokenize and /props, which
-editors' plugins and UIs call), metrics, and the
-server's life from load to a clean stop. Every bad request is an OpenAI-style error body with a 4xx.
+the scheduler thread and of events back to the client, metrics, and the server's life from load to a clean stop.
+Each wire format has its own module: openai_api.py (chat and text completions), responses_api.py (OpenAI's
+Responses API), anthropic_api.py (Anthropic's Messages API), llama_api.py (llama-server's /infill, /tokenize,
+/detokenize and /props, which editors' plugins and UIs call). Every bad request is an OpenAI-style error body with a
+4xx (in Anthropic's shape on its routes).
 
 Extensions beyond OpenAI's fields: `top_k`, `min_p`, `speculative: {"mode": "auto"|"off"|"draft"|"lookup"|"hybrid",
 "draft_max": K}`, and llama-server's `timings` in every response.
@@ -27,7 +28,7 @@ from starlette.routing import Route
 
 from .batch import BatchEngine, Event, QueueFull
 from .errors import ContextOverflowError, EdgespecError
-from . import llama_api, responses_api
+from . import anthropic_api, llama_api, responses_api
 from .openai_api import Answer, BadRequest, parse
 from .sampling import SamplingConfig
 
@@ -54,7 +55,8 @@ class ServerState:
 ENDPOINTS = {"chat": (lambda body, state: parse(body, state, True), Answer, "messages"),
              "text": (lambda body, state: parse(body, state, False), Answer, "prompt"),
              "infill": (llama_api.parse, llama_api.InfillAnswer, "input_prefix"),
-             "responses": (responses_api.parse, responses_api.ResponsesAnswer, "input")}
+             "responses": (responses_api.parse, responses_api.ResponsesAnswer, "input"),
+             "messages": (anthropic_api.parse, anthropic_api.MessageAnswer, "messages")}
 
 
 # the app ------------------------------------------------------------------------------------------------------------
@@ -142,8 +144,10 @@ def create_app(state: ServerState) -> Starlette:
                 handle.cancel()
 
     def _auth(request: HttpRequest) -> Response | None:
-        if state.api_key and request.headers.get("authorization") != f"Bearer {state.api_key}":
-            return error("invalid or missing API key (send Authorization: Bearer KEY)", 401, code="invalid_api_key")
+        if state.api_key and request.headers.get("authorization") != f"Bearer {state.api_key}" \
+                and request.headers.get("x-api-key") != state.api_key:  # (Anthropic's clients send the latter)
+            return error("invalid or missing API key (send Authorization: Bearer KEY, or x-api-key: KEY)", 401,
+                         code="invalid_api_key")
         return None
 
     async def chat_completions(request):
@@ -158,6 +162,12 @@ def create_app(state: ServerState) -> Starlette:
     async def responses(request):
         return await completions(request, "responses")
 
+    async def messages(request):  # Anthropic's: its errors in Anthropic's shape
+        return anthropic_errors(await completions(request, "messages"))
+
+    async def count_tokens(request):
+        return anthropic_errors(await vocabulary(request, anthropic_api.count_tokens, state))
+
     async def stored_response(request):  # GET or DELETE /v1/responses/{id}
         if (refused := refuse(request)) is not None:
             return refused
@@ -170,12 +180,12 @@ def create_app(state: ServerState) -> Starlette:
             return JSONResponse({"id": id, "object": "response", "deleted": True})
         return JSONResponse(kept[0])
 
-    async def vocabulary(request, answer):  # llama-server's /tokenize and /detokenize
+    async def vocabulary(request, answer, of=None):  # llama-server's /tokenize, /detokenize; count_tokens
         body, refused = await read(request)
         if refused is not None:
             return refused
         try:
-            return JSONResponse(await asyncio.to_thread(answer, body, state.engine.model))
+            return JSONResponse(await asyncio.to_thread(answer, body, of or state.engine.model))
         except BadRequest as e:
             return error(str(e), e.status, e.param, e.code)
 
@@ -218,6 +228,8 @@ def create_app(state: ServerState) -> Starlette:
     routes = [Route("/v1/chat/completions", chat_completions, methods=["POST"]),
               Route("/v1/completions", text_completions, methods=["POST"]),
               Route("/v1/responses", responses, methods=["POST"]),
+              Route("/v1/messages", messages, methods=["POST"]),
+              Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
               Route("/v1/responses/{id}", stored_response, methods=["GET", "DELETE"]),
               Route("/infill", infill, methods=["POST"]), Route("/tokenize", tokenize, methods=["POST"]),
               Route("/detokenize", detokenize, methods=["POST"]), Route("/props", props, methods=["GET"]),
@@ -230,6 +242,14 @@ def create_app(state: ServerState) -> Starlette:
                              allow_headers=["*"], max_age=600)] if state.origins else []
     return Starlette(routes=routes, middleware=middleware,
                      exception_handlers={404: _not_found, 405: _not_allowed, 500: _server_error})
+
+
+def anthropic_errors(response: Response) -> Response:
+    """An error answered to Anthropic's API in its shape; anything else as it is."""
+    if response.status_code < 400 or not isinstance(response, JSONResponse):
+        return response
+    return JSONResponse(anthropic_api.error_body(json.loads(response.body), response.status_code),
+                        response.status_code)
 
 
 async def _not_found(request, exc):

@@ -355,6 +355,12 @@ def test_an_api_key_is_required_when_set(tiny_pair):
             s.client(api_key="wrong").models.list()
         assert s.client(api_key="sesame").completions.create(model="x", prompt="hi", max_tokens=2).choices
         assert httpx.get(s.url + "/health").status_code == 200  # health needs no key
+        # Anthropic's clients send x-api-key, and read their errors in Anthropic's shape
+        body = {"max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}
+        assert s.post("/v1/messages", body, headers={"x-api-key": "sesame"}).status_code == 200
+        r = s.post("/v1/messages", body, headers={"x-api-key": "wrong"})
+        assert r.status_code == 401 and r.json()["type"] == "error"
+        assert r.json()["error"]["type"] == "authentication_error"
     finally:
         assert s.stop() == 0
 

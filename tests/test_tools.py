@@ -8,7 +8,7 @@ import pytest
 from conftest import PROMPTS
 from http_server import Server
 from edgespec import chat
-from edgespec.tools import CallReader, ToolError, Tools, special_markers
+from edgespec.tools import CallReader, Parts, ToolError, Tools, special_markers
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
                                              "unit": {"enum": ["celsius", "fahrenheit"]}},
@@ -52,6 +52,28 @@ def test_call_reader_never_shows_part_of_a_call():
     assert len({c["id"] for c in calls}) == 2
     reader = CallReader()  # text that only looked like a call's start is shown at the end
     assert reader.feed("a <tool") == ("a ", []) and reader.rest() == "<tool"
+
+
+def test_parts_show_text_runs_and_whole_calls_in_order():
+    call = '<tool_call>\n{"name": "add", "arguments": {"a": 1}}\n</tool_call>'
+
+    def ops(pieces, tools=True):
+        parts, out = Parts(tools), []
+        for k, piece in enumerate(pieces):
+            out += [(op, args[0]["function"]["name"]) if op == "call" else (op, args[0]) if op == "text" else (op,)
+                    for op, *args in parts.feed(piece, [], end=k == len(pieces) - 1)]
+        return out
+
+    # blanks before a call are dropped; text before it is a run of its own, closed by the call
+    assert ops(["\n", call[:9], call[9:], ""]) == [("call", "add")]
+    assert ops(["Let me ", "look.\n", call, ""]) == [("open",), ("text", "Let me "), ("text", "look.\n"),
+                                                       ("close",), ("call", "add")]
+    # a reply of blanks, or of nothing, is still one run; without tools every piece is text
+    assert ops([" ", ""]) == [("open",), ("text", " "), ("close",)]
+    assert ops([""], tools=False) == [("open",), ("close",)]
+    assert ops(["a", call], tools=False) == [("open",), ("text", "a"), ("text", call), ("close",)]
+    # a call cut short is shown as the text it is
+    assert ops([call[:30]]) == [("open",), ("text", call[:30]), ("close",)]
 
 
 KNOWS_TOOLS = ("{% if tools %}TOOLS:{% for t in tools %}{{ t | tojson }};{% endfor %}\n{% endif %}"
