@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 import uuid
 
-from .openai_api import Answer, BadRequest, parse as parse_chat, timings
+from .openai_api import BadRequest, parse as parse_chat, timings
 from .sequences import Event, Request
-from .tools import Parts
+from .typed_answer import TypedAnswer
 
 PASSED = ("temperature", "top_p", "top_k", "min_p", "seed", "repeat_penalty", "repeat_last_n", "presence_penalty",
           "frequency_penalty", "logit_bias", "ignore_eos", "speculative", "stream")
@@ -170,40 +170,30 @@ def _stop_reason(last: Event, calls: bool) -> str:
     return "max_tokens"
 
 
-class MessageAnswer(Answer):
+class MessageAnswer(TypedAnswer):
     """One message as it is generated: its content blocks (text, tool_use) built as the text comes, Anthropic's
     stream events for them, and the message at the end."""
 
     def __init__(self, state, req: Request, how: dict) -> None:
         super().__init__(state, req, how)
         self.id = f"msg_{uuid.uuid4().hex}"
-        self.parts = Parts(self.calls is not None)
         self.blocks: list[dict] = []
-        self._events: list[dict] = []
-        self.final: dict | None = None
-
-    def add(self, ev: Event) -> None:
-        super().add(ev)
-        for op, *args in self.parts.feed(ev.text, [], end=ev.finish_reason is not None):
-            if op == "open":
-                self._start({"type": "text", "text": ""})
-            elif op == "text":
-                self.blocks[-1]["text"] += args[0]
-                self._emit("content_block_delta", index=len(self.blocks) - 1,
-                           delta={"type": "text_delta", "text": args[0]})
-            elif op == "close":
-                self._emit("content_block_stop", index=len(self.blocks) - 1)
-            else:
-                self._tool_use(args[0])
-        if ev.finish_reason is not None:
-            calls = any(b["type"] == "tool_use" for b in self.blocks)
-            self.final = self._message(_stop_reason(ev, calls), ev.stop_word, ev)
 
     def _start(self, block: dict) -> None:
         self.blocks.append(block)
         self._emit("content_block_start", index=len(self.blocks) - 1, content_block=dict(block))
 
-    def _tool_use(self, call: dict) -> None:
+    def _open_text(self) -> None:
+        self._start({"type": "text", "text": ""})
+
+    def _text(self, text: str, entries: list) -> None:
+        self.blocks[-1]["text"] += text
+        self._emit("content_block_delta", index=len(self.blocks) - 1, delta={"type": "text_delta", "text": text})
+
+    def _close_text(self, ev: Event) -> None:
+        self._emit("content_block_stop", index=len(self.blocks) - 1)
+
+    def _call(self, call: dict) -> None:
         fn = call["function"]
         self._start({"type": "tool_use", "id": "toolu_" + call["id"].removeprefix("call_"), "name": fn["name"],
                      "input": {}})
@@ -212,34 +202,25 @@ class MessageAnswer(Answer):
         self._emit("content_block_delta", index=index, delta={"type": "input_json_delta", "partial_json": fn["arguments"]})
         self._emit("content_block_stop", index=index)
 
-    def _message(self, stop_reason: str | None, stop_word: str | None, last: Event | None) -> dict:
+    def _end(self, last: Event) -> None:
+        self.final = self._message(_stop_reason(last, any(b["type"] == "tool_use" for b in self.blocks)), last)
+
+    def _message(self, stop_reason: str | None, last: Event | None) -> dict:
         out = {"id": self.id, "type": "message", "role": "assistant", "model": self.state.model_id,
                "content": self.blocks if last is not None else [], "stop_reason": stop_reason,
-               "stop_sequence": stop_word, "usage": {"input_tokens": len(self.req.prompt), "output_tokens": self.n_out,
-                                                     "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}
+               "stop_sequence": last and last.stop_word,
+               "usage": {"input_tokens": len(self.req.prompt), "output_tokens": self.n_out,
+                         "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}
         if last is not None and last.stats:
             out["timings"] = timings(last.stats)
         return out
 
-    def body(self, last: Event) -> dict:
-        return self.final
+    def _opening(self) -> list[dict]:
+        return [{"type": "message_start", "message": self._message(None, None)}, {"type": "ping"}]
 
-    def _emit(self, kind: str, **fields) -> None:
-        if self.how["stream"]:
-            self._events.append({"type": kind, **fields})
-
-    def frames(self, ev: Event | None):
-        if ev is None:
-            events = [{"type": "message_start", "message": self._message(None, None, None)}, {"type": "ping"}]
-        else:
-            events, self._events = self._events, []
-            if ev.finish_reason is not None:
-                if ev.error:
-                    events.append({"type": "error", "error": {"type": "api_error",
-                                                              "message": f"generation failed: {ev.error}"}})
-                else:
-                    events += [{"type": "message_delta", "delta": {"stop_reason": self.final["stop_reason"],
-                                                                   "stop_sequence": self.final["stop_sequence"]},
-                                "usage": {"output_tokens": self.n_out}}, {"type": "message_stop"}]
-        for event in events:
-            yield f"event: {event['type']}\ndata: {json.dumps(event, ensure_ascii=False)}\n\n"
+    def _closing(self, last: Event) -> list[dict]:
+        if last.error:
+            return [{"type": "error", "error": {"type": "api_error", "message": f"generation failed: {last.error}"}}]
+        return [{"type": "message_delta", "delta": {"stop_reason": self.final["stop_reason"],
+                                                    "stop_sequence": self.final["stop_sequence"]},
+                 "usage": {"output_tokens": self.n_out}}, {"type": "message_stop"}]

@@ -9,14 +9,13 @@ Refused with a 400 rather than ignored, because the answer would not be what was
 `truncation: "auto"`. Another model's `reasoning` items in the input are left out, as its hidden thoughts are."""
 from __future__ import annotations
 
-import json
 import threading
 import uuid
 from collections import OrderedDict
 
-from .openai_api import Answer, BadRequest, parse as parse_chat, timings
+from .openai_api import BadRequest, parse as parse_chat, timings
 from .sequences import Event, Request
-from .tools import Parts
+from .typed_answer import TypedAnswer
 
 KEPT = 1000  # finished responses kept for previous_response_id; the oldest go first
 PASSED = ("temperature", "top_p", "top_k", "min_p", "seed", "repeat_penalty", "repeat_last_n", "presence_penalty",
@@ -211,36 +210,25 @@ def _id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex}"
 
 
-class ResponsesAnswer(Answer):
+class ResponsesAnswer(TypedAnswer):
     """One response as it is generated: its output items (a message, function calls) built as the text comes, the
     stream's events for them, and the response object at the end (kept in the store when `store`)."""
+
+    NUMBERED = True
 
     def __init__(self, state, req: Request, how: dict) -> None:
         super().__init__(state, req, how)
         self.id = _id("resp")
         self.items: list[dict] = []
-        self.parts = Parts(self.calls is not None)
         self._message: dict | None = None  # the message item text is being added to
-        self._events: list[dict] = []  # the stream's events not yet sent
-        self._seq = 0
-        self.final: dict | None = None
 
-    # the output, built as events come
-    def add(self, ev: Event) -> None:
-        super().add(ev)
-        entries = self.logprobs[-1:] if ev.logprob is not None and self.calls is None else []
-        ended = "completed" if ev.finish_reason in (None, "stop", "grammar") else "incomplete"
-        for op, *args in self.parts.feed(ev.text, entries, end=ev.finish_reason is not None):
-            if op == "open":
-                self._open_message()
-            elif op == "text":
-                self._text(*args)
-            elif op == "close":
-                self._close(ended)
-            else:
-                self._call(*args)
-        if ev.finish_reason is not None:
-            self._end(ev)
+    def _open_text(self) -> None:
+        self._message = {"type": "message", "id": _id("msg"), "status": "in_progress", "role": "assistant",
+                         "content": []}
+        self._open(self._message)
+        self._emit("response.content_part.added", item_id=self._message["id"], output_index=len(self.items) - 1,
+                   content_index=0, part=self._part(""))
+        self._message["content"].append(self._part(""))
 
     def _text(self, text: str, entries: list[dict]) -> None:
         part = self._message["content"][0]
@@ -248,14 +236,6 @@ class ResponsesAnswer(Answer):
         part["logprobs"] += entries
         self._emit("response.output_text.delta", item_id=self._message["id"], output_index=len(self.items) - 1,
                    content_index=0, delta=text, logprobs=entries)
-
-    def _open_message(self) -> None:
-        self._message = {"type": "message", "id": _id("msg"), "status": "in_progress", "role": "assistant",
-                         "content": []}
-        self._open(self._message)
-        self._emit("response.content_part.added", item_id=self._message["id"], output_index=len(self.items) - 1,
-                   content_index=0, part=self._part(""))
-        self._message["content"].append(self._part(""))
 
     def _part(self, text: str) -> dict:
         return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
@@ -276,9 +256,9 @@ class ResponsesAnswer(Answer):
         self._emit("response.output_item.added", output_index=len(self.items) - 1, item={**item, "content": []}
                    if item["type"] == "message" else dict(item))
 
-    def _close(self, status: str) -> None:
+    def _close_text(self, ev: Event) -> None:
         item, self._message = self._message, None
-        item["status"] = status
+        item["status"] = "completed" if ev.finish_reason in (None, "stop", "grammar") else "incomplete"
         part, index = item["content"][0], self.items.index(item)
         self._emit("response.output_text.done", item_id=item["id"], output_index=index, content_index=0,
                    text=part["text"], logprobs=part["logprobs"])
@@ -325,27 +305,9 @@ class ResponsesAnswer(Answer):
                 out["timings"] = timings(last.stats)
         return out
 
-    def body(self, last: Event) -> dict:
-        return self.final
+    def _opening(self) -> list[dict]:
+        opening = self._response("in_progress")
+        return [{"type": "response.created", "response": opening}, {"type": "response.in_progress", "response": opening}]
 
-    def _emit(self, kind: str, **fields) -> None:
-        if self.how["stream"]:
-            self._events.append({"type": kind, **fields})
-
-    def frames(self, ev: Event | None):
-        if ev is None:
-            opening = self._response("in_progress")
-            events = [{"type": "response.created", "response": opening},
-                      {"type": "response.in_progress", "response": opening}]
-        else:
-            events, self._events = self._events, []
-            if ev.finish_reason is not None:
-                events.append({"type": f"response.{self.final['status']}", "response": self.final})
-        for event in events:
-            event["sequence_number"] = self._seq
-            self._seq += 1
-            yield _frame(event)
-
-
-def _frame(event: dict) -> str:
-    return f"event: {event['type']}\ndata: {json.dumps(event, ensure_ascii=False)}\n\n"
+    def _closing(self, last: Event) -> list[dict]:
+        return [{"type": f"response.{self.final['status']}", "response": self.final}]

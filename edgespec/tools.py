@@ -195,41 +195,6 @@ class CallReader:
         return rest if not self.in_calls or rest.strip() else ""
 
 
-class Parts:
-    """A reply read as the APIs with typed output show it (OpenAI's Responses, Anthropic's Messages): runs of text
-    and whole calls, in order. A run of text opens at its first non-blank character (blanks before a call are
-    dropped, as a chat answer's content is stripped before its calls) and closes at a call or the end; a reply of
-    blanks, or of nothing, is still one run."""
-
-    def __init__(self, tools: bool) -> None:
-        self.reader = CallReader() if tools else None
-        self.held, self.open, self.shown = "", False, False
-
-    def feed(self, text: str, entries: list, end: bool = False) -> list[tuple]:
-        """More of the reply (and the log-probabilities of its tokens) -> what it adds, in order: ("open",),
-        ("text", text, entries), ("close",), ("call", call)."""
-        content, calls = (text, []) if self.reader is None else self.reader.feed(text)
-        if end and self.reader is not None:
-            content += self.reader.rest()
-        ops: list[tuple] = []
-        if not self.open and ((self.held + content).strip() or entries or end and not self.shown and not calls):
-            content, self.held, self.open, self.shown = self.held + content, "", True, True
-            ops.append(("open",))
-        if not self.open:
-            self.held += content
-        elif content or entries:
-            ops.append(("text", content, entries))
-        for call in calls:
-            if self.open:
-                ops.append(("close",))
-            self.held, self.open, self.shown = "", False, True
-            ops.append(("call", call))
-        if end and self.open:
-            ops.append(("close",))
-            self.open = False
-        return ops
-
-
 def _partial(text: str, tag: str) -> int:
     """How many characters at the end of text could begin `tag`."""
     for n in range(min(len(tag) - 1, len(text)), 0, -1):

@@ -8,7 +8,8 @@ import pytest
 from conftest import PROMPTS
 from http_server import Server
 from edgespec import chat
-from edgespec.tools import CallReader, Parts, ToolError, Tools, special_markers
+from edgespec.tools import CallReader, ToolError, Tools, special_markers
+from edgespec.typed_answer import Parts
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
                                              "unit": {"enum": ["celsius", "fahrenheit"]}},
