@@ -429,8 +429,10 @@ def test_a_port_in_use_is_one_line_and_exit_1_before_the_model_loads(tiny_pair):
 
 
 def _served_together_equal_the_target_alone(target, draft, prompts, modes, max_tokens):
-    """Chat requests from concurrent `openai` clients (more requests than sequences), greedy: each answer is the F16
-    target's own, as written alone in this process. Returns the proposed tokens counted by the server."""
+    """Chat requests from concurrent clients (more requests than sequences), greedy, in turn through OpenAI's chat
+    completions, its Responses API and Anthropic's Messages API: each answer is the F16 target's own, as written
+    alone in this process. Returns the proposed tokens counted by the server."""
+    import anthropic
     import edgespec
 
     with edgespec.Engine.load(target, n_ctx=2048) as alone:
@@ -439,19 +441,28 @@ def _served_together_equal_the_target_alone(target, draft, prompts, modes, max_t
     server = Server("-m", target, "-d", draft, "--lookup", "-c", "2048", "--parallel", "4", "-k", "4")
     try:
         client = server.client(timeout=600)  # more requests than sequences, on real models: some wait minutes
+        claude = anthropic.Anthropic(base_url=server.url, api_key="none", max_retries=0, timeout=600)
         for mode in modes:
             got, errors = {}, []
 
-            def ask(p):
+            def ask(p, api):
+                spec = {"temperature": 0, "speculative": {"mode": mode}}
                 try:
-                    r = client.chat.completions.create(model="x", messages=[{"role": "user", "content": p}],
-                                                       max_tokens=max_tokens, temperature=0,
-                                                       extra_body={"speculative": {"mode": mode}})
-                    got[p] = r.choices[0].message.content
+                    if api == 0:
+                        got[p] = client.chat.completions.create(
+                            model="x", messages=[{"role": "user", "content": p}], max_tokens=max_tokens,
+                            extra_body=spec).choices[0].message.content
+                    elif api == 1:
+                        got[p] = client.responses.create(model="x", input=p, max_output_tokens=max_tokens,
+                                                         extra_body=spec).output_text
+                    else:
+                        got[p] = "".join(b.text for b in claude.messages.create(
+                            model="x", messages=[{"role": "user", "content": p}], max_tokens=max_tokens,
+                            extra_body=spec).content)
                 except Exception as e:  # noqa: BLE001 - reported below
                     errors.append(e)
 
-            threads = [threading.Thread(target=ask, args=(p,)) for p in prompts]
+            threads = [threading.Thread(target=ask, args=(p, i % 3)) for i, p in enumerate(prompts)]
             for t in threads:
                 t.start()
             for t in threads:
