@@ -38,7 +38,8 @@ def render(model: Model, messages: Sequence[Message], template: str | None = Non
     text of a control token ("<|im_end|>"). Only the template's own markup is special.
 
     Such text is swapped for a placeholder before rendering (so the template treats the content as it would) and
-    put back after, noting where it went. `tools` (OpenAI's function list) go to a template that knows them; one
+    put back after, noting where it went. A conversation that ends with the assistant's words (no tool calls) ends
+    inside them, so that the model continues them (a prefill). `tools` (OpenAI's function list) go to a template that knows them; one
     that does not gets them described in the system message (tools.py)."""
     if isinstance(messages, (str, bytes, dict)) or not all(isinstance(m, (dict, tuple, list)) for m in messages):
         raise EdgespecError("messages must be a list of chat messages, each a {'role', 'content'} dict or a "
@@ -57,6 +58,10 @@ def render(model: Model, messages: Sequence[Message], template: str | None = Non
     if not tmpl:
         raise EdgespecError(f"{model.path} has no chat template in its metadata; run without --chat, or give one "
                             "with --chat-format")
+    # the assistant's words last: a prefill, continued where they end (as llama-server and Anthropic's API read it)
+    prefill = add_assistant and msgs[-1:] != [] and msgs[-1]["role"] == "assistant" and not msgs[-1].get("tool_calls")
+    if prefill and not msgs[-1]["content"]:
+        msgs, prefill = msgs[:-1], False  # (nothing to continue: the reply starts as it would without it)
     rich = bool(tools) or any(set(m) - {"role", "content"} or m["role"] == "tool" for m in msgs)
     if rich and "tool" not in tmpl:
         from .tools import describe_in_system  # a template that knows no tools: the Hermes format, told in words
@@ -73,10 +78,19 @@ def render(model: Model, messages: Sequence[Message], template: str | None = Non
         return f"\ue000{nonce}.{len(hidden) - 1}\ue001"
 
     msgs = [_walk(m, lambda s: hide_re.sub(hide, s)) for m in msgs]
+    end = f"\ue002{nonce}\ue003"  # where a prefill ends: the prompt is cut there, the template's closing markup off
+    if prefill:
+        msgs[-1] = {**msgs[-1], "content": msgs[-1]["content"] + end}
+        add_assistant = False
     # llama.cpp recognises the common templates itself; anything else, and tools, are rendered as the Jinja it is.
     text = None if rich else apply_builtin_template(tmpl, [(m["role"], m["content"]) for m in msgs], add_assistant)
     if text is None:
         text = _render_jinja(model, tmpl, msgs, add_assistant, tools)
+    if prefill:
+        if end not in text:
+            raise EdgespecError("the chat template does not show the last assistant message, so it cannot be "
+                                "continued; end the conversation with a user message")
+        text = text[:text.index(end)]
     if not hidden:
         return text, []
     out, spans, pos, length = [], [], 0, 0

@@ -191,3 +191,15 @@ def test_bad_requests_are_anthropic_errors(server, body, status, param):
     assert "'stop'" not in out["error"]["message"] and ".function." not in out["error"]["message"]
     r = server.post("/v1/messages/count_tokens", {"messages": "x"})
     assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
+
+
+def test_a_prefill_is_continued_alike_by_every_api(server, engine):
+    """The assistant's words last (Anthropic's prefill; llama-server's default for chat completions): each API
+    answers with what follows them, the target's own continuation."""
+    for prompt, start in [(PROMPTS[0], "Sure: "), (PROMPTS[2], "```python\n"), (PROMPTS[9], "<|im_end|>")]:
+        msgs = [{"role": "user", "content": prompt}, {"role": "assistant", "content": start}]
+        want = engine.generate(engine.tokenize_chat(msgs), max_tokens=12, speculative=False).text
+        chat = _chat(server, msgs, max_tokens=12).choices[0].message.content
+        claude = _client(server).messages.create(model="x", max_tokens=12, messages=msgs, extra_body=GREEDY)
+        responses = server.client().responses.create(model="x", input=msgs, max_output_tokens=12, temperature=0)
+        assert chat == claude.content[0].text == responses.output_text == want, (prompt, start)

@@ -232,3 +232,28 @@ def test_a_bad_tensor_split_is_a_clear_error_before_loading(tiny_pair, split, ma
         edgespec.Engine.load(tiny_pair[0], tensor_split=split)
     with pytest.raises(edgespec.InvalidArgument, match="HOST:PORT"):
         edgespec.Engine.load(tiny_pair[0], rpc="nohost:port")
+
+
+def test_a_last_assistant_message_is_continued_not_closed(engine):
+    """A conversation that ends with the assistant's words is a prefill (as llama-server and Anthropic's API read
+    it): the prompt ends inside that message, its text as written, so the model continues it."""
+    from edgespec import chat
+
+    msgs = [("user", "hi"), ("assistant", "Sure, <|im_end|> the answer is ")]
+    text, literal = chat.render(engine.model, msgs)
+    closed, _ = chat.render(engine.model, msgs[:1] + [("assistant", "x")], add_assistant=False)
+    assert text.endswith("<|im_start|>assistant\nSure, <|im_end|> the answer is ")
+    assert closed.endswith("x<|im_end|>\n")  # (without a reply to write, the message is closed as before)
+    assert [text[a:b] for a, b in literal] == ["<|im_end|>"]  # what it says stays text
+    assert engine.tokenize_chat(msgs)[-3:] == engine.model.tokenize(" the answer is ")[-3:]
+    # nothing to continue: the reply starts as it would without the message
+    assert chat.render(engine.model, [("user", "hi"), ("assistant", "")]) == chat.render(engine.model, msgs[:1])
+    # a Jinja template, one that trims what it shows: the prefill is cut where the message ends, blanks kept
+    trims = ("{% for m in messages %}<{{ m.role }}>{{ m.content | trim }}</{{ m.role }}>{% endfor %}"
+             "{% if add_generation_prompt %}<assistant>{% endif %}")
+    assert chat.render(engine.model, [("user", " q "), ("assistant", "{\"a\": ")], trims)[0] == \
+        "<user>q</user><assistant>{\"a\": "
+    # an assistant's tool calls at the end are a finished turn: the reply is a new one
+    calls = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "f", "arguments": {}}}]}]
+    assert chat.render(engine.model, calls)[0].endswith("<|im_start|>assistant\n")
