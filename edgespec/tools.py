@@ -20,6 +20,10 @@ from .constraints import JSON_STYLE, Constraint
 from .errors import InvalidArgument
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
+# A keyword of a tool's schema that llguidance does not implement (propertyNames, say) is not enforced, rather than
+# the request refused: agents offer tools from many sources (MCP servers), as llama-server takes them. A
+# response_format schema is enforced whole, or refused.
+LENIENT = {**JSON_STYLE, "lenient": True}
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 
 
@@ -61,7 +65,7 @@ class Tools:
                 raise ToolError(f"tools[{i}].function.parameters must be a JSON schema object",
                                 f"tools[{i}].function.parameters")
             try:  # a schema llguidance cannot compile: a 400 naming the tool, before any decoding
-                Constraint.json_schema(params).grammar()
+                Constraint.json_schema({**params, "x-guidance": LENIENT}).grammar()
             except InvalidArgument as e:
                 raise ToolError(f"tools[{i}].function.parameters: {e}", f"tools[{i}].function.parameters") from None
             seen.add(name)
@@ -99,7 +103,7 @@ class Tools:
         chosen = [f for f in self.functions if self.choice in ("auto", "required") or f["name"] == self.choice]
         body = {"anyOf": [{"type": "object", "properties": {"name": {"const": f["name"]}, "arguments": _args(f)},
                            "required": ["name", "arguments"], "additionalProperties": False} for f in chosen],
-                "x-guidance": JSON_STYLE}
+                "x-guidance": LENIENT}
         open_, close = (f"<[{special[0]}]>", f"<[{special[1]}]>") if special else (json.dumps(OPEN), json.dumps(CLOSE))
         many = self.parallel and self.choice in ("auto", "required")
         lines = [f"body: %json {json.dumps(body)}",

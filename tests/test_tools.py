@@ -8,6 +8,8 @@ import pytest
 from conftest import PROMPTS
 from http_server import Server
 from edgespec import chat
+from edgespec.constraints import Constraint
+from edgespec.errors import InvalidArgument
 from edgespec.tools import CallReader, ToolError, Tools, special_markers
 from edgespec.typed_answer import Parts
 
@@ -38,6 +40,24 @@ def test_bad_tools_name_the_field(tools, choice, param):
     with pytest.raises(ToolError) as e:
         Tools.parse(tools, choice)
     assert e.value.param == param and "\n" not in str(e.value)
+
+
+def test_a_schema_keyword_llguidance_lacks_is_not_enforced_rather_than_refused(engine):
+    """Agents offer tools from many sources: one keyword llguidance does not implement does not refuse the request;
+    the rest of the schema is still held to (a response_format schema is enforced whole or refused)."""
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = {"type": "object", "properties": {"tags": {"type": "object", "propertyNames": {"pattern": "^x"},
+                                                        "maxProperties": 0},
+                                               "n": {"enum": [1, 2]}}, "required": ["n"], "additionalProperties": False}
+    tools = Tools.parse([{"type": "function", "function": {"name": "f", "parameters": schema}}], "required")
+    with pytest.raises(InvalidArgument, match="propertyNames"):
+        Constraint.json_schema(schema).grammar()
+    text = engine.generate(engine.tokenize_chat([("user", "go")], tools=tools.for_template()), max_tokens=200,
+                           constraint=tools.constraint(special_markers(engine.model)), speculative=False).text
+    _, calls = CallReader().feed(text)
+    assert calls, text
+    jsonschema.validate(json.loads(calls[0]["function"]["arguments"]), {**schema, "properties": {
+        "tags": {"type": "object"}, "n": {"enum": [1, 2]}}})
 
 
 def test_call_reader_never_shows_part_of_a_call():
