@@ -17,7 +17,8 @@ from .sequences import Event, Request
 from .typed_answer import TypedAnswer
 
 PASSED = ("temperature", "top_p", "top_k", "min_p", "seed", "repeat_penalty", "repeat_last_n", "presence_penalty",
-          "frequency_penalty", "logit_bias", "ignore_eos", "speculative", "stream")
+          "frequency_penalty", "logit_bias", "ignore_eos", "speculative", "stream", "reasoning_format",
+          "chat_template_kwargs")
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error"}
 
@@ -53,7 +54,8 @@ def parse(body, state, counting: bool = False) -> tuple[Request, dict]:
     if choice is not None:
         kind = choice.get("type") if isinstance(choice, dict) else None
         if kind not in ("auto", "any", "tool", "none"):
-            raise BadRequest("'tool_choice' must be {\"type\": \"auto\" | \"any\" | \"tool\" | \"none\"}", "tool_choice")
+            raise BadRequest("'tool_choice' must be {\"type\": \"auto\" | \"any\" | \"tool\" | \"none\"}",
+                             "tool_choice")
         chat["tool_choice"] = {"auto": "auto", "any": "required", "none": "none"}.get(
             kind, {"type": "function", "function": {"name": choice.get("name")}})
         if choice.get("disable_parallel_tool_use"):
@@ -183,6 +185,17 @@ class MessageAnswer(TypedAnswer):
         self.blocks.append(block)
         self._emit("content_block_start", index=len(self.blocks) - 1, content_block=dict(block))
 
+    def _open_thought(self) -> None:
+        self._start({"type": "thinking", "thinking": "", "signature": ""})
+
+    def _thought(self, text: str) -> None:
+        self.blocks[-1]["thinking"] += text
+        self._emit("content_block_delta", index=len(self.blocks) - 1,
+                   delta={"type": "thinking_delta", "thinking": text})
+
+    def _close_thought(self, ev: Event) -> None:
+        self._emit("content_block_stop", index=len(self.blocks) - 1)
+
     def _open_text(self) -> None:
         self._start({"type": "text", "text": ""})
 
@@ -199,7 +212,8 @@ class MessageAnswer(TypedAnswer):
                      "input": {}})
         self.blocks[-1]["input"] = json.loads(fn["arguments"])
         index = len(self.blocks) - 1
-        self._emit("content_block_delta", index=index, delta={"type": "input_json_delta", "partial_json": fn["arguments"]})
+        self._emit("content_block_delta", index=index,
+                   delta={"type": "input_json_delta", "partial_json": fn["arguments"]})
         self._emit("content_block_stop", index=index)
 
     def _end(self, last: Event) -> None:

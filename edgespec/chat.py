@@ -21,10 +21,10 @@ def format_messages(model: Model, messages: Sequence[Message], template: str | N
 
 
 def tokenize(model: Model, messages: Sequence[Message], template: str | None = None,
-             tools: Sequence[dict] | None = None) -> list[int]:
+             tools: Sequence[dict] | None = None, template_kwargs: dict | None = None) -> list[int]:
     """Chat messages in the chat template, as tokens ready for the assistant's reply; only the template's markup may
     become control tokens, what the messages say stays text."""
-    text, literal = render(model, messages, template, tools=tools)
+    text, literal = render(model, messages, template, tools=tools, template_kwargs=template_kwargs)
     return model.tokenize_literal(text, literal)
 
 
@@ -32,15 +32,17 @@ def tokenize(model: Model, messages: Sequence[Message], template: str | None = N
 Message = Union[tuple[str, str], dict]
 
 
-def render(model: Model, messages: Sequence[Message], template: str | None = None,
-           add_assistant: bool = True, tools: Sequence[dict] | None = None) -> tuple[str, list[tuple[int, int]]]:
+def render(model: Model, messages: Sequence[Message], template: str | None = None, add_assistant: bool = True,
+           tools: Sequence[dict] | None = None,
+           template_kwargs: dict | None = None) -> tuple[str, list[tuple[int, int]]]:
     """The prompt text, and the spans of it that must stay literal text when tokenized: wherever a message holds the
     text of a control token ("<|im_end|>"). Only the template's own markup is special.
 
     Such text is swapped for a placeholder before rendering (so the template treats the content as it would) and
     put back after, noting where it went. A conversation that ends with the assistant's words (no tool calls) ends
     inside them, so that the model continues them (a prefill). `tools` (OpenAI's function list) go to a template that knows them; one
-    that does not gets them described in the system message (tools.py)."""
+    that does not gets them described in the system message (tools.py). `template_kwargs` are the template's own
+    variables (Qwen3's `enable_thinking`, say), as llama-server's `chat_template_kwargs`."""
     if isinstance(messages, (str, bytes, dict)) or not all(isinstance(m, (dict, tuple, list)) for m in messages):
         raise EdgespecError("messages must be a list of chat messages, each a {'role', 'content'} dict or a "
                             f"(role, content) pair; got {type(messages).__name__}")
@@ -78,14 +80,16 @@ def render(model: Model, messages: Sequence[Message], template: str | None = Non
         return f"\ue000{nonce}.{len(hidden) - 1}\ue001"
 
     msgs = [_walk(m, lambda s: hide_re.sub(hide, s)) for m in msgs]
+    template_kwargs = _walk(template_kwargs or {}, lambda s: hide_re.sub(hide, s))  # a caller's text is text too
     end = f"\ue002{nonce}\ue003"  # where a prefill ends: the prompt is cut there, the template's closing markup off
     if prefill:
         msgs[-1] = {**msgs[-1], "content": msgs[-1]["content"] + end}
         add_assistant = False
     # llama.cpp recognises the common templates itself; anything else, and tools, are rendered as the Jinja it is.
-    text = None if rich else apply_builtin_template(tmpl, [(m["role"], m["content"]) for m in msgs], add_assistant)
+    text = None if rich or template_kwargs else apply_builtin_template(tmpl, [(m["role"], m["content"]) for m in msgs],
+                                                                        add_assistant)
     if text is None:
-        text = _render_jinja(model, tmpl, msgs, add_assistant, tools)
+        text = _render_jinja(model, tmpl, msgs, add_assistant, tools, template_kwargs)
     if prefill:
         if end not in text:
             raise EdgespecError("the chat template does not show the last assistant message, so it cannot be "
@@ -118,7 +122,7 @@ def _walk(value, f):
 
 
 def _render_jinja(model: Model, tmpl: str, messages: list[dict], add_assistant: bool,
-                  tools: Sequence[dict] | None = None) -> str:
+                  tools: Sequence[dict] | None = None, variables: dict | None = None) -> str:
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     def raise_exception(message: str) -> None:
@@ -127,16 +131,13 @@ def _render_jinja(model: Model, tmpl: str, messages: list[dict], add_assistant: 
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
     # as transformers renders templates: JSON as json.dumps writes it, keys in their order, text not escaped
     env.filters["tojson"] = lambda x, indent=None, **_: json.dumps(x, ensure_ascii=False, indent=indent)
-    extra = {"tools": list(tools)} if tools else {}
+    context = {**(variables or {}),  # (the caller's own variables; the conversation's are never theirs to set)
+               "messages": messages, "add_generation_prompt": add_assistant,
+               "bos_token": model.token_text(model.bos).decode("utf-8", "replace"),
+               "eos_token": model.token_text(model.eos).decode("utf-8", "replace"),
+               "raise_exception": raise_exception, **({"tools": list(tools)} if tools else {})}
     try:
-        return env.from_string(tmpl).render(
-            messages=messages,
-            add_generation_prompt=add_assistant,
-            bos_token=model.token_text(model.bos).decode("utf-8", "replace"),
-            eos_token=model.token_text(model.eos).decode("utf-8", "replace"),
-            raise_exception=raise_exception,
-            **extra,
-        )
+        return env.from_string(tmpl).render(**context)
     except EdgespecError:
         raise
     except Exception as e:  # a template is a program: any error it makes is the template's, not ours

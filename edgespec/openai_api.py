@@ -12,7 +12,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING
 
-from . import chat, fim
+from . import chat, fim, reasoning
 from .batch import MODES, Event, Request
 from .constraints import Constraint
 from .errors import EdgespecError, InvalidArgument
@@ -180,8 +180,19 @@ def parse(body, state: ServerState, is_chat: bool) -> tuple[Request, dict]:
         if constraint is not None:
             raise BadRequest("give 'tools' or a response format, not both", "response_format")
         constraint = tools.constraint(special_markers(engine.model))
+    thinking = None  # a thinking model's chat: whether its reply starts inside its reasoning
     if is_chat:
-        tokens, echo = chat.tokenize(engine.model, _messages(body), tools=tools.for_template() if tools else None), ""
+        kwargs = body.get("chat_template_kwargs") or {}
+        if not isinstance(kwargs, dict):
+            raise BadRequest("'chat_template_kwargs' must be an object (e.g. {\"enable_thinking\": false})",
+                             "chat_template_kwargs")
+        tokens, echo = chat.tokenize(engine.model, _messages(body), tools=tools.for_template() if tools else None,
+                                     template_kwargs=kwargs), ""
+        if not isinstance(body.get("reasoning_format", "auto"), str):
+            raise BadRequest("'reasoning_format' must be a string (\"none\": the reasoning stays in the content)",
+                             "reasoning_format")
+        ids = reasoning.markers(engine.model) if body.get("reasoning_format") != "none" else None
+        thinking = reasoning.opened(tokens, ids) if ids else None
     else:
         tokens, echo = _prompt(body, engine.model)
     d = state.defaults
@@ -226,7 +237,7 @@ def parse(body, state: ServerState, is_chat: bool) -> tuple[Request, dict]:
         raise BadRequest("'echo' with 'logprobs' would need the prompt's log-probabilities, which edgespec does not "
                          "compute; ask for one or the other", "echo", "unsupported_value")
     return req, {"stream": stream, "include_usage": include_usage, "chat": is_chat,
-                 "tools": tools is not None and tools.active, "echo": echo}
+                 "tools": tools is not None and tools.active, "echo": echo, "thinking": thinking}
 
 
 def _prompt(body: dict, model) -> tuple[list[int], str]:
@@ -317,6 +328,8 @@ class Answer:
         self.logprobs: list[dict] = []
         self.n_out = 0
         self.calls = CallReader() if how.get("tools") else None  # a stream's tool calls, read as they come
+        thinking = how.get("thinking")
+        self.thoughts = reasoning.Thoughts(thinking) if thinking is not None else None  # a stream's reasoning
         self._offset = 0  # a stream's: where the next chunk's first token begins in the text (text_offset)
 
     def add(self, ev: Event) -> None:
@@ -342,6 +355,7 @@ class Answer:
         text = "".join(self.text)
         choice = {"index": 0, "logprobs": self._logprobs_block(self.logprobs), "finish_reason": _finish(last.finish_reason)}
         if self.how["chat"]:
+            thought, text = ("", text) if self.thoughts is None else reasoning.split(text, self.how["thinking"])
             choice["message"] = {"role": "assistant", "content": text}
             if self.calls is not None:
                 reader = CallReader()
@@ -350,6 +364,8 @@ class Answer:
                 if calls:
                     choice["message"] = {"role": "assistant", "content": content.strip() or None, "tool_calls": calls}
                     choice["finish_reason"] = _finish(last.finish_reason, calls=True)
+            if thought:
+                choice["message"]["reasoning_content"] = thought
         else:
             choice["text"] = self.how["echo"] + text
         return {"id": self.id, "object": "chat.completion" if self.how["chat"] else "text_completion",
@@ -365,19 +381,27 @@ class Answer:
                   "finish_reason": _finish(last.finish_reason) if last is not None else None}
         self._offset += sum(len(e["token"]) for e in entries)
         text = ev.text if ev is not None else ""
+        thought = ""
+        if self.thoughts is not None and not first:
+            thought, text = self.thoughts.feed(text, end=last is not None)
         if self.how["chat"] and self.calls is not None and not first:
             done = len(self.calls.calls)
-            content, calls = self.calls.feed(text) if ev is not None else (self.calls.rest(), [])
+            content, calls = self.calls.feed(text)
+            if ev is None:
+                content += self.calls.rest()
             delta = {"content": content} if content else {}
             if calls:
                 delta["tool_calls"] = [{"index": done + k, **call} for k, call in enumerate(calls)]
             if last is not None and self.calls.calls:
                 choice["finish_reason"] = _finish(last.finish_reason, calls=True)
+            if thought:
+                delta = {"reasoning_content": thought, **delta}
             if not delta and not entries and last is None:
                 return None
             choice["delta"] = delta
         elif self.how["chat"]:
-            choice["delta"] = {"role": "assistant", "content": ""} if first else {"content": text} if ev else {}
+            choice["delta"] = {"role": "assistant", "content": ""} if first else \
+                {"reasoning_content": thought} if thought and not text else {"content": text} if ev or text else {}
         else:
             choice["text"] = self.how["echo"] if first else text  # (echo: the prompt comes first)
         out = {"id": self.id, "object": "chat.completion.chunk" if self.how["chat"] else "text_completion",

@@ -19,7 +19,8 @@ from .typed_answer import TypedAnswer
 
 KEPT = 1000  # finished responses kept for previous_response_id; the oldest go first
 PASSED = ("temperature", "top_p", "top_k", "min_p", "seed", "repeat_penalty", "repeat_last_n", "presence_penalty",
-          "frequency_penalty", "logit_bias", "ignore_eos", "speculative", "stop", "stream", "parallel_tool_calls")
+          "frequency_penalty", "logit_bias", "ignore_eos", "speculative", "stop", "stream", "parallel_tool_calls",
+          "reasoning_format", "chat_template_kwargs")
 LOGPROBS = "message.output_text.logprobs"
 
 
@@ -221,6 +222,24 @@ class ResponsesAnswer(TypedAnswer):
         self.id = _id("resp")
         self.items: list[dict] = []
         self._message: dict | None = None  # the message item text is being added to
+        self._reasoning: dict | None = None  # a thinking model's reasoning item
+
+    def _open_thought(self) -> None:
+        self._reasoning = {"type": "reasoning", "id": _id("rs"), "summary": [], "status": "in_progress",
+                           "content": [{"type": "reasoning_text", "text": ""}]}
+        self._open(self._reasoning)
+
+    def _thought(self, text: str) -> None:
+        self._reasoning["content"][0]["text"] += text
+        self._emit("response.reasoning_text.delta", item_id=self._reasoning["id"], output_index=len(self.items) - 1,
+                   content_index=0, delta=text)
+
+    def _close_thought(self, ev: Event) -> None:
+        item, index = self._reasoning, self.items.index(self._reasoning)
+        item["status"] = "completed"
+        self._emit("response.reasoning_text.done", item_id=item["id"], output_index=index, content_index=0,
+                   text=item["content"][0]["text"])
+        self._emit("response.output_item.done", output_index=index, item=item)
 
     def _open_text(self) -> None:
         self._message = {"type": "message", "id": _id("msg"), "status": "in_progress", "role": "assistant",
@@ -254,7 +273,7 @@ class ResponsesAnswer(TypedAnswer):
     def _open(self, item: dict) -> None:
         self.items.append(item)
         self._emit("response.output_item.added", output_index=len(self.items) - 1, item={**item, "content": []}
-                   if item["type"] == "message" else dict(item))
+                   if "content" in item else dict(item))
 
     def _close_text(self, ev: Event) -> None:
         item, self._message = self._message, None
@@ -307,7 +326,8 @@ class ResponsesAnswer(TypedAnswer):
 
     def _opening(self) -> list[dict]:
         opening = self._response("in_progress")
-        return [{"type": "response.created", "response": opening}, {"type": "response.in_progress", "response": opening}]
+        return [{"type": "response.created", "response": opening},
+                {"type": "response.in_progress", "response": opening}]
 
     def _closing(self, last: Event) -> list[dict]:
         return [{"type": f"response.{self.final['status']}", "response": self.final}]

@@ -179,7 +179,7 @@ class CallReader:
         if not self.in_calls:
             i = self.text.find(OPEN, self.pos)
             if i < 0:
-                end = len(self.text) - _partial(self.text, OPEN)
+                end = len(self.text) - partial_tag(self.text, OPEN)
                 content, self.pos = self.text[self.pos:end], end
                 return content, []
             content, self.pos, self.in_calls = self.text[self.pos:i], i, True
@@ -199,7 +199,7 @@ class CallReader:
         return rest if not self.in_calls or rest.strip() else ""
 
 
-def _partial(text: str, tag: str) -> int:
+def partial_tag(text: str, tag: str) -> int:
     """How many characters at the end of text could begin `tag`."""
     for n in range(min(len(tag) - 1, len(text)), 0, -1):
         if text.endswith(tag[:n]):

@@ -39,7 +39,8 @@ def test_input_items_are_the_conversation_they_stand_for():
         {"role": "tool", "tool_call_id": "c1", "content": "5"}, {"role": "tool", "tool_call_id": "c2", "content": "0"}]
     assert _conversation("hi") == [{"role": "user", "content": "hi"}]
     # a call with no assistant text before it gets an assistant message of its own
-    assert _conversation([{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}])[0]["content"] == ""
+    alone = _conversation([{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}])
+    assert alone[0]["content"] == ""
 
 
 @pytest.mark.parametrize("items,param", [
@@ -146,7 +147,8 @@ def test_function_calls_are_the_chat_endpoints_and_validate(server, choice):
         want = _chat(client, [{"role": "user", "content": prompt}], tools=TOOLS, tool_choice=chat_choice,
                      max_tokens=200)
         r = client.responses.create(model="x", input=prompt, tools=FLAT_TOOLS, tool_choice=choice,
-                                    max_output_tokens=200, temperature=0, extra_body={"speculative": {"mode": "hybrid"}})
+                                    max_output_tokens=200, temperature=0,
+                                    extra_body={"speculative": {"mode": "hybrid"}})
         got = _calls(r)
         assert got and got == [(c.function.name, json.loads(c.function.arguments))
                                for c in want.choices[0].message.tool_calls]

@@ -38,13 +38,19 @@ FIM = {1: "<|fim_prefix|>", 2: "<|fim_suffix|>", 3: "<|fim_middle|>", 4: "<|fim_
        6: "<|file_sep|>"}
 
 
-def vocab(rename: dict[int, str] | None = None, fim: bool = False) -> tuple[list[str], list[int]]:
+# A thinking model's tags (Qwen3, DeepSeek-R1), tokens of their own, in place of the byte tokens of \x07 and \x08.
+THINK = {7: "<think>", 8: "</think>"}
+
+
+def vocab(rename: dict[int, str] | None = None, fim: bool = False, think: bool = False) -> tuple[list[str], list[int]]:
     tokens = _byte_tokens() + [m.replace(" ", "") for m in MERGES] + ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     types = [gguf.TokenType.NORMAL] * (len(tokens) - 3) + [gguf.TokenType.CONTROL] * 3
     for i, text in (rename or {}).items():
         tokens[i] = text
     for i, text in (FIM if fim else {}).items():
         tokens[i], types[i] = text, gguf.TokenType.CONTROL
+    for i, text in (THINK if think else {}).items():
+        tokens[i], types[i] = text, gguf.TokenType.USER_DEFINED
     return tokens, types
 
 
@@ -86,10 +92,10 @@ NO_SYSTEM = ("{% if messages[0]['role'] == 'system' %}{{ raise_exception('System
 
 
 def write(path: Path, tensors: dict[str, np.ndarray], eos: int = EOT, rename: dict[int, str] | None = None,
-          chat_template: str | None = CHATML, fim: bool = False) -> Path:
+          chat_template: str | None = CHATML, fim: bool = False, think: bool = False) -> Path:
     """Write one model. `eos` picks the end-of-generation token; `rename` changes token texts (pair-check tests);
-    chat_template None writes none; fim: with fill-in-the-middle tokens (FIM). A tensor given as (bytes, type) is written as that quantised type (the bytes
-    from gguf.quants.quantize)."""
+    chat_template None writes none; fim: with fill-in-the-middle tokens (FIM); think: with a thinking model's tags.
+    A tensor given as (bytes, type) is written as that quantised type (the bytes from gguf.quants.quantize)."""
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_name("edgespec-tiny")
     w.add_context_length(N_CTX)
@@ -101,7 +107,7 @@ def write(path: Path, tensors: dict[str, np.ndarray], eos: int = EOT, rename: di
     w.add_rope_dimension_count(N_EMBD // N_HEAD)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
-    tokens, types = vocab(rename, fim)
+    tokens, types = vocab(rename, fim, think)
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("default")
     w.add_token_list(tokens)
