@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 import time
 import uuid
 from typing import TYPE_CHECKING
 
-from . import chat, fim, reasoning
+from . import chat, fields, fim, reasoning
 from .batch import MODES, Event, Request
-from .constraints import Constraint
-from .errors import EdgespecError, InvalidArgument
+from .errors import EdgespecError
+from .fields import BadRequest
 from .sampling import SamplingConfig
 from .tools import CallReader, ToolError, Tools, special_markers
 
@@ -23,25 +22,7 @@ if TYPE_CHECKING:
     from .server import ServerState
 
 
-class BadRequest(Exception):
-    def __init__(self, message: str, param: str | None = None, code: str | None = None, status: int = 400):
-        super().__init__(message)
-        self.param, self.code, self.status = param, code, status
-
-
-
 # request parsing ------------------------------------------------------------------------------------------------
-def _number(body: dict, name: str, default, lo: float, hi: float, integer: bool = False):
-    value = body.get(name)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and not isinstance(value, int)):
-        raise BadRequest(f"'{name}' must be {'an integer' if integer else 'a number'}, got {json.dumps(value)}", name)
-    if not math.isfinite(value) or not lo <= value <= hi:
-        raise BadRequest(f"'{name}' must be between {lo} and {hi}, got {value}", name)
-    return value
-
-
 def _messages(body: dict) -> list[dict]:
     """OpenAI's messages -> the chat template's: role and content, an assistant's earlier tool calls (arguments as
     objects, as templates take them) and a tool's results."""
@@ -96,76 +77,6 @@ def _earlier_calls(calls, i: int) -> list[dict]:
     return out
 
 
-def _stop(body: dict) -> list[str]:
-    stop = body.get("stop")
-    if stop is None:
-        return []
-    if isinstance(stop, str):
-        return [stop]
-    if isinstance(stop, list) and all(isinstance(s, str) for s in stop):
-        return [s for s in stop if s]
-    raise BadRequest("'stop' must be a string or a list of strings", "stop")
-
-
-def _logit_bias(body: dict, n_vocab: int) -> tuple[tuple[int, float], ...]:
-    bias = body.get("logit_bias")
-    if bias is None:
-        return ()
-    if not isinstance(bias, dict):
-        raise BadRequest("'logit_bias' must map token ids to numbers between -100 and 100", "logit_bias")
-    out = []
-    for key, value in bias.items():
-        try:
-            token = int(key)
-        except ValueError:
-            raise BadRequest(f"logit_bias: {key!r} is not a token id", "logit_bias") from None
-        if not 0 <= token < n_vocab:
-            raise BadRequest(f"logit_bias: token {token} is not in this model's vocabulary", "logit_bias")
-        out.append((token, _number({"logit_bias": value}, "logit_bias", 0, -100, 100)))
-    return tuple(out)
-
-
-def _ignore_eos(body: dict, model) -> tuple[tuple[int, float], ...]:
-    """llama-server's `ignore_eos`: no end-of-generation token is ever chosen (benchmarks: every answer max_tokens)."""
-    flag = body.get("ignore_eos", False)
-    if not isinstance(flag, bool):
-        raise BadRequest("'ignore_eos' must be true or false", "ignore_eos")
-    return tuple((t, -math.inf) for t in model.eog_ids) if flag else ()
-
-
-def _constraint(body: dict) -> Constraint | None:
-    """response_format (json_object, json_schema), or llama-server's `grammar` (GBNF) and `json_schema` fields."""
-    fmt = body.get("response_format")
-    try:
-        if fmt is not None:
-            if not isinstance(fmt, dict) or fmt.get("type") not in ("text", "json_object", "json_schema"):
-                raise BadRequest("'response_format' must be {\"type\": \"text\" | \"json_object\" | \"json_schema\"}",
-                                 "response_format")
-            if fmt["type"] == "json_object":
-                return Constraint.json_object()
-            if fmt["type"] == "json_schema":
-                spec = fmt.get("json_schema")
-                schema = spec.get("schema") if isinstance(spec, dict) else None
-                if not isinstance(schema, dict):
-                    raise BadRequest("response_format.json_schema.schema must be a JSON schema object",
-                                     "response_format")
-                return _checked(Constraint.json_schema(schema))
-        if isinstance(body.get("json_schema"), dict):
-            return _checked(Constraint.json_schema(body["json_schema"]))
-        if body.get("grammar") is not None:
-            if not isinstance(body["grammar"], str):
-                raise BadRequest("'grammar' must be a GBNF grammar (a string)", "grammar")
-            return _checked(Constraint.gbnf(body["grammar"]))
-    except InvalidArgument as e:
-        raise BadRequest(str(e), "response_format" if fmt is not None else "grammar") from None
-    return None
-
-
-def _checked(constraint: Constraint) -> Constraint:
-    constraint.grammar()  # one that does not parse: a 400 naming the field, before the request queues
-    return constraint
-
-
 def parse(body, state: ServerState, is_chat: bool) -> tuple[Request, dict]:
     """An OpenAI request body -> the engine's Request and how to render the answer."""
     engine = state.engine
@@ -175,7 +86,7 @@ def parse(body, state: ServerState, is_chat: bool) -> tuple[Request, dict]:
     if n != 1:
         raise BadRequest("only n = 1 is supported", "n", "unsupported_value")
     tools = _tools(body) if is_chat else None
-    constraint = _constraint(body)
+    constraint = fields.constraint(body)
     if tools is not None and tools.active:
         if constraint is not None:
             raise BadRequest("give 'tools' or a response format, not both", "response_format")
@@ -197,41 +108,41 @@ def parse(body, state: ServerState, is_chat: bool) -> tuple[Request, dict]:
         tokens, echo = _prompt(body, engine.model)
     d = state.defaults
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-    max_tokens = _number({"max_tokens": max_tokens}, "max_tokens", engine.target.n_ctx, 0, 10 ** 9, integer=True)
+    max_tokens = fields.number({"max_tokens": max_tokens}, "max_tokens", engine.target.n_ctx, 0, 10 ** 9, integer=True)
     seed = body.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise BadRequest("'seed' must be an integer", "seed")
-    sampling = SamplingConfig(temperature=_number(body, "temperature", d.temperature, 0, 2),
-                              top_k=_number(body, "top_k", d.top_k, 0, 10 ** 6, integer=True),
-                              top_p=_number(body, "top_p", d.top_p, 0, 1),
-                              min_p=_number(body, "min_p", d.min_p, 0, 1),
+    sampling = SamplingConfig(temperature=fields.number(body, "temperature", d.temperature, 0, 2),
+                              top_k=fields.number(body, "top_k", d.top_k, 0, 10 ** 6, integer=True),
+                              top_p=fields.number(body, "top_p", d.top_p, 0, 1),
+                              min_p=fields.number(body, "min_p", d.min_p, 0, 1),
                               seed=None if seed is None or seed < 0 else seed % 2 ** 64,
-                              repeat_penalty=_number(body, "repeat_penalty", d.repeat_penalty, 1e-3, 10),
-                              repeat_last_n=_number(body, "repeat_last_n", d.repeat_last_n, 0, 10 ** 6, integer=True),
-                              presence_penalty=_number(body, "presence_penalty", d.presence_penalty, -2, 2),
-                              frequency_penalty=_number(body, "frequency_penalty", d.frequency_penalty, -2, 2),
-                              logit_bias=(_logit_bias(body, engine.model.n_vocab) or d.logit_bias)
-                              + _ignore_eos(body, engine.model))
+                              repeat_penalty=fields.number(body, "repeat_penalty", d.repeat_penalty, 1e-3, 10),
+                              repeat_last_n=fields.number(body, "repeat_last_n", d.repeat_last_n, 0, 10 ** 6, integer=True),
+                              presence_penalty=fields.number(body, "presence_penalty", d.presence_penalty, -2, 2),
+                              frequency_penalty=fields.number(body, "frequency_penalty", d.frequency_penalty, -2, 2),
+                              logit_bias=(fields.logit_bias(body, engine.model.n_vocab) or d.logit_bias)
+                              + fields.ignore_eos(body, engine.model))
     spec = body.get("speculative") or {}
     if not isinstance(spec, dict):
         raise BadRequest("'speculative' must be an object: {\"mode\": ..., \"draft_max\": K}", "speculative")
     mode = spec.get("mode", "auto")
     if mode not in MODES:
         raise BadRequest(f"unknown speculative mode {mode!r}; use one of {', '.join(MODES)}", "speculative.mode")
-    draft_max = _number(spec, "draft_max", None, 0, 32, integer=True)
+    draft_max = fields.number(spec, "draft_max", None, 0, 32, integer=True)
     if is_chat:
         want = body.get("logprobs")
         if want is not None and not isinstance(want, bool):
             raise BadRequest("'logprobs' must be true or false", "logprobs")
-        logprobs = _number(body, "top_logprobs", 0, 0, 20, integer=True) if want else None
+        logprobs = fields.number(body, "top_logprobs", 0, 0, 20, integer=True) if want else None
     else:
-        logprobs = _number(body, "logprobs", None, 0, 5, integer=True)
+        logprobs = fields.number(body, "logprobs", None, 0, 5, integer=True)
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise BadRequest("'stream' must be true or false", "stream")
     options = body.get("stream_options") or {}
     include_usage = bool(isinstance(options, dict) and options.get("include_usage"))
-    req = Request(list(tokens), max_tokens, sampling, _stop(body), mode, draft_max, logprobs,
+    req = Request(list(tokens), max_tokens, sampling, fields.stop(body), mode, draft_max, logprobs,
                   constraint=constraint)
     if echo and logprobs is not None:
         raise BadRequest("'echo' with 'logprobs' would need the prompt's log-probabilities, which edgespec does not "
