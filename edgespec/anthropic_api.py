@@ -48,6 +48,9 @@ def parse(body, state, counting: bool = False) -> tuple[Request, dict]:
         if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
             raise BadRequest("'stop_sequences' must be a list of strings", "stop_sequences")
         chat["stop"] = stop
+    fmt = _format(body)
+    if fmt is not None:
+        chat["response_format"] = {"type": "json_schema", "json_schema": {"schema": fmt}}
     if body.get("tools") is not None:
         chat["tools"] = _tools(body["tools"])
     choice = body.get("tool_choice")
@@ -67,9 +70,24 @@ def parse(body, state, counting: bool = False) -> tuple[Request, dict]:
     return req, {**how, "include_usage": False}
 
 
+def _format(body: dict) -> dict | None:
+    """Structured output: `output_config.format` (or the beta's `output_format`), {"type": "json_schema", "schema"}
+    -> the schema."""
+    config = body.get("output_config")
+    if config is not None and not isinstance(config, dict):
+        raise BadRequest("'output_config' must be an object", "output_config")
+    fmt, where = ((config or {}).get("format"), "output_config.format") if config and config.get("format") is not None \
+        else (body.get("output_format"), "output_format")
+    if fmt is None:
+        return None
+    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema" or not isinstance(fmt.get("schema"), dict):
+        raise BadRequest(f"'{where}' must be {{\"type\": \"json_schema\", \"schema\": {{...}}}}", where)
+    return fmt["schema"]
+
+
 def _renamed(text: str) -> str:
     for chat_name, name in (("].function.parameters", "].input_schema"), ("].function.", "]."),
-                            ("'stop'", "'stop_sequences'")):
+                            ("'stop'", "'stop_sequences'"), ("response_format", "output_config.format")):
         text = text.replace(chat_name, name)
     return text
 

@@ -123,6 +123,19 @@ def test_stop_sequences_say_which_ended_the_text(server):
     assert m.content[0].text == whole[:whole.index(word)]
 
 
+def test_structured_output_is_held_to_its_schema(server):
+    jsonschema = pytest.importorskip("jsonschema")
+    client, schema = _client(server), SCHEMAS["get_weather"]
+    want = _chat(server, [{"role": "user", "content": PROMPTS[2]}], max_tokens=200,
+                 response_format={"type": "json_schema", "json_schema": {"name": "w", "schema": schema}})
+    for fields in ({"output_config": {"format": {"type": "json_schema", "schema": schema}}},  # and the beta's name
+                   {"output_format": {"type": "json_schema", "schema": schema}}):
+        m = client.messages.create(model="x", max_tokens=200, messages=[{"role": "user", "content": PROMPTS[2]}],
+                                   extra_body={**GREEDY, **fields})
+        assert m.content[0].text == want.choices[0].message.content and m.stop_reason == "end_turn"
+        jsonschema.validate(json.loads(m.content[0].text), schema)
+
+
 def _uses(message):
     return [(b.name, b.input) for b in message.content if b.type == "tool_use"]
 
@@ -181,6 +194,11 @@ def test_tool_use_is_the_chat_endpoints_and_validates(server, choice):
     ({"max_tokens": 5, "messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "maybe"}}, 400,
      "tool_choice"),
     ({"max_tokens": 5, "messages": [{"role": "user", "content": "x" * 20000}]}, 400, "messages"),
+    ({"max_tokens": 5, "messages": [{"role": "user", "content": "x"}], "output_config": "json"}, 400, "output_config"),
+    ({"max_tokens": 5, "messages": [{"role": "user", "content": "x"}], "output_config": {"format": {"type": "xml"}}},
+     400, "output_config.format"),
+    ({"max_tokens": 5, "messages": [{"role": "user", "content": "x"}], "tools": CLIENT_TOOLS,
+      "output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}}}, 400, "output_config.format"),
 ])
 def test_bad_requests_are_anthropic_errors(server, body, status, param):
     r = server.post("/v1/messages", body)
