@@ -57,9 +57,8 @@ def parse(body, state) -> tuple[Request, dict]:
     if body.get("truncation", "disabled") != "disabled":
         raise BadRequest("only truncation \"disabled\" is supported: a conversation past the context is refused, "
                          "never cut silently", "truncation", "unsupported_value")
-    for name in ("store",):
-        if not isinstance(body.get(name, True), bool):
-            raise BadRequest(f"'{name}' must be true or false", name)
+    if not isinstance(body.get("store", True), bool):
+        raise BadRequest("'store' must be true or false", "store")
     instructions = body.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
         raise BadRequest("'instructions' must be a string", "instructions")
@@ -293,14 +292,18 @@ class ResponsesAnswer(TypedAnswer):
         elif status == "incomplete":
             self.final["incomplete_details"] = {"reason": "max_output_tokens"}
         if self.how["store"] and not last.error:
-            self.state.responses.put(self.final, self.how["conversation"] + self._as_messages())
+            self.state.responses.put(self.final, self._conversation())
 
-    def _as_messages(self) -> list[dict]:
-        """This response's output as the assistant message a following response is shown."""
+    def _conversation(self) -> list[dict]:
+        """The conversation this response ends, as a following response is shown it: its output one assistant
+        message (a prefill and what continued it, one message)."""
         text = "".join(i["content"][0]["text"] for i in self.items if i["type"] == "message")
         calls = [{"id": i["call_id"], "type": "function", "function": {"name": i["name"], "arguments": i["arguments"]}}
                  for i in self.items if i["type"] == "function_call"]
-        return [{"role": "assistant", "content": text, **({"tool_calls": calls} if calls else {})}]
+        before = self.how["conversation"]
+        if before and before[-1]["role"] == "assistant" and not before[-1].get("tool_calls"):
+            before, text = before[:-1], before[-1]["content"] + text
+        return before + [{"role": "assistant", "content": text, **({"tool_calls": calls} if calls else {})}]
 
     # rendering
     def _response(self, status: str, last: Event | None = None) -> dict:

@@ -130,6 +130,17 @@ def test_previous_response_id_continues_the_conversation(server):
     r = server.post("/v1/responses", {"input": "x", "previous_response_id": first.id})
     assert r.status_code == 404 and r.json()["error"]["code"] == "previous_response_not_found"
     assert r.json()["error"]["param"] == "previous_response_id"
+    # a prefill and what continued it are one assistant message to the response after it
+    start = client.responses.create(model="x", input=[{"role": "user", "content": PROMPTS[0]},
+                                                      {"role": "assistant", "content": "Sure: "}],
+                                    max_output_tokens=6, temperature=0)
+    then = client.responses.create(model="x", input=PROMPTS[1], previous_response_id=start.id, max_output_tokens=6,
+                                   temperature=0)
+    want = _chat(client, [{"role": "user", "content": PROMPTS[0]},
+                          {"role": "assistant", "content": "Sure: " + start.output_text},
+                          {"role": "user", "content": PROMPTS[1]}], max_tokens=6)
+    assert then.output_text == want.choices[0].message.content
+    assert then.usage.input_tokens == want.usage.prompt_tokens
     unkept = client.responses.create(model="x", input="hi", max_output_tokens=2, store=False)
     assert httpx.get(f"{server.url}/v1/responses/{unkept.id}", timeout=10).status_code == 404
 
