@@ -40,9 +40,9 @@ def render(model: Model, messages: Sequence[Message], template: str | None = Non
 
     Such text is swapped for a placeholder before rendering (so the template treats the content as it would) and
     put back after, noting where it went. A conversation that ends with the assistant's words (no tool calls) ends
-    inside them, so that the model continues them (a prefill). `tools` (OpenAI's function list) go to a template that knows them; one
-    that does not gets them described in the system message (tools.py). `template_kwargs` are the template's own
-    variables (Qwen3's `enable_thinking`, say), as llama-server's `chat_template_kwargs`."""
+    inside them, so that the model continues them (a prefill). `tools` (OpenAI's function list) go to a template
+    that knows them; one that does not gets them described in the system message (tools.py). `template_kwargs` are
+    the template's own variables (Qwen3's `enable_thinking`, say), as llama-server's `chat_template_kwargs`."""
     if isinstance(messages, (str, bytes, dict)) or not all(isinstance(m, (dict, tuple, list)) for m in messages):
         raise EdgespecError("messages must be a list of chat messages, each a {'role', 'content'} dict or a "
                             f"(role, content) pair; got {type(messages).__name__}")
