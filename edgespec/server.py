@@ -238,7 +238,7 @@ def create_app(state: ServerState) -> Starlette:
               Route("/metrics", metrics, methods=["GET"])]
     # Browsers ask before a page calls another origin; answered only for the origins given (--allow-origin), so a web
     # page a user visits cannot drive the model on localhost unless they said so.
-    middleware = [Middleware(CORSMiddleware, allow_origins=list(state.origins), allow_methods=["GET", "POST"],
+    middleware = [Middleware(CORSMiddleware, allow_origins=list(state.origins), allow_methods=["GET", "POST", "DELETE"],
                              allow_headers=["*"], max_age=600)] if state.origins else []
     return Starlette(routes=routes, middleware=middleware,
                      exception_handlers={404: _not_found, 405: _not_allowed, 500: _server_error})

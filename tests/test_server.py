@@ -339,6 +339,9 @@ def test_browsers_may_call_only_from_the_origins_allowed(server, tiny_pair):
         asked = httpx.options(s.url + "/v1/chat/completions", headers={
             **page, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization, content-type"})
         assert asked.status_code == 200 and asked.headers["access-control-allow-origin"] == "http://localhost:3000"
+        asked = httpx.options(s.url + "/v1/responses/resp_1", headers={  # (a stored response forgotten from a page)
+            **page, "Access-Control-Request-Method": "DELETE", "Access-Control-Request-Headers": "x-api-key"})
+        assert asked.status_code == 200 and "DELETE" in asked.headers["access-control-allow-methods"]
         r = httpx.post(s.url + "/v1/completions", json={"prompt": "hi", "max_tokens": 2}, headers=page, timeout=60)
         assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "http://localhost:3000"
         other = {"Origin": "http://evil.example", "Access-Control-Request-Method": "POST"}
