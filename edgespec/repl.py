@@ -14,6 +14,7 @@ from pathlib import Path
 
 import click
 
+from . import reasoning
 from .chat import Conversation
 from .errors import EdgespecError, Terminated
 from .stats import PHASES
@@ -229,16 +230,15 @@ class Repl:
             self.conv.turns.pop()
             return
         out, result = [], None
+        shown = Shown(self.color, self.engine.model, tokens)
         try:
             for r in self.engine.stream(tokens, max_tokens=self.max_tokens, sampling=self.sampling, stop=self.stop,
                                         constraint=self.constraint):
                 if r.text:
                     out.append(r.text)
-                    if self.color and r.from_draft:
-                        click.secho(r.text, nl=False, fg=DRAFT_COLOR)
-                    else:
-                        click.echo(r.text, nl=False)
+                    shown.add(r.text, r.from_draft)
                 result = r.result
+            shown.end()
         except KeyboardInterrupt:
             click.echo("")
             self.say("(interrupted; the reply so far is kept)")
@@ -279,6 +279,32 @@ class Repl:
             click.echo(message, err=True)
         except OSError:
             pass  # no terminal left to tell
+
+
+class Shown:
+    """A reply as the terminal shows it: drafted tokens coloured; a thinking model's reasoning dim, without its
+    tags, a blank line before the answer. Without colour it is printed as written (what /save keeps either way)."""
+
+    def __init__(self, color: bool, model, prompt: list[int]) -> None:
+        self.color = color
+        ids = reasoning.markers(model) if color else None
+        self.thoughts = reasoning.Thoughts(reasoning.opened(prompt, ids)) if ids else None
+        self.thought = False  # reasoning was shown, the answer not yet
+
+    def add(self, text: str, drafted: bool = False, end: bool = False) -> None:
+        thought, text = self.thoughts.feed(text, end) if self.thoughts is not None else ("", text)
+        if thought:
+            click.secho(thought, nl=False, dim=True)
+            self.thought = True
+        if text and self.thought:
+            click.echo("\n")
+            self.thought = False
+        if text:
+            click.secho(text, nl=False, fg=DRAFT_COLOR if self.color and drafted else None)
+
+    def end(self) -> None:
+        if self.thoughts is not None:
+            self.add("", end=True)
 
 
 def rescue_dir() -> Path:

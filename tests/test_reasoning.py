@@ -183,3 +183,22 @@ def test_chat_template_kwargs_reach_the_template_and_stay_text(state):
     with pytest.raises(BadRequest) as e:
         parse({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": ["x"]}, state, True)
     assert e.value.param == "chat_template_kwargs"
+
+
+def test_chat_on_a_terminal_shows_the_reasoning_dim_and_saves_it_as_written(think_target, tmp_path):
+    """A template that opens <think> in the prompt: all the tiny model writes is reasoning, shown dim; /save keeps
+    the reply as written."""
+    from test_chat import Terminal
+
+    opens = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}assistant: <think>"
+    t = Terminal(["-m", "edgespec", "chat", "-m", str(think_target), "-n", "12", "-t", "0", "--chat-format", opens])
+    t.read_until(b"/help for commands")
+    t.type(b"hello\r")
+    t.read_until(b"\n> ", after=b"hello")
+    t.type(f"/save {tmp_path / 'c.json'}\r".encode())
+    t.read_until(b"saved 2 messages")
+    t.type(b"\x04")
+    assert t.wait() == 0
+    reply = json.loads((tmp_path / "c.json").read_text())["messages"][1]["content"]
+    shown = t.buf.rsplit(b"hello", 1)[1].split(b"\n> ")[0]
+    assert b"\x1b[2m" in shown and reply.strip() and "</think>" not in reply
