@@ -1,12 +1,14 @@
 """Chat prompts in the model's own template (read from the GGUF metadata)."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import secrets
 import tempfile
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Sequence, Union
 
@@ -85,11 +87,20 @@ def render(model: Model, messages: Sequence[Message], template: str | None = Non
     if prefill:
         msgs[-1] = {**msgs[-1], "content": msgs[-1]["content"] + end}
         add_assistant = False
-    # llama.cpp recognises the common templates itself; anything else, and tools, are rendered as the Jinja it is.
-    text = None if rich or template_kwargs else apply_builtin_template(tmpl, [(m["role"], m["content"]) for m in msgs],
-                                                                        add_assistant)
+    # The template as the Jinja it is (as transformers, llama-server and LM Studio render it: a model's default system
+    # prompt included); llama.cpp's own rendering for a template named, or one this renderer cannot run.
+    text = None
+    if "{{" in tmpl or "{%" in tmpl:
+        try:
+            text = _render_jinja(model, tmpl, msgs, add_assistant, tools, template_kwargs)
+        except TemplateError:
+            if rich or template_kwargs:
+                raise
     if text is None:
-        text = _render_jinja(model, tmpl, msgs, add_assistant, tools, template_kwargs)
+        text = apply_builtin_template(tmpl, [(m["role"], m["content"]) for m in msgs], add_assistant)
+    if text is None:
+        _render_jinja(model, tmpl, msgs, add_assistant, tools, template_kwargs)  # (its error, said)
+        raise EdgespecError(f"llama.cpp knows no chat template named {tmpl[:40]!r}")
     if prefill:
         if end not in text:
             raise EdgespecError("the chat template does not show the last assistant message, so it cannot be "
@@ -121,27 +132,39 @@ def _walk(value, f):
     return value
 
 
-def _render_jinja(model: Model, tmpl: str, messages: list[dict], add_assistant: bool,
-                  tools: Sequence[dict] | None = None, variables: dict | None = None) -> str:
+class TemplateError(EdgespecError):
+    """A chat template this renderer cannot run (its syntax, a function it calls): not a refusal of the conversation."""
+
+
+@functools.lru_cache(maxsize=8)
+def _compiled(tmpl: str):
+    """A template compiled once, as transformers renders templates: trimmed blocks, loop controls, JSON as json.dumps
+    writes it (keys in their order, text not escaped), `strftime_now` for the date some templates print."""
+    from jinja2.ext import loopcontrols
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+    env.filters["tojson"] = lambda x, indent=None, **_: json.dumps(x, ensure_ascii=False, indent=indent)
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    return env.from_string(tmpl)
+
+
+def _render_jinja(model: Model, tmpl: str, messages: list[dict], add_assistant: bool,
+                  tools: Sequence[dict] | None = None, variables: dict | None = None) -> str:
     def raise_exception(message: str) -> None:
         raise EdgespecError(f"the chat template refused the conversation: {message}")
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-    # as transformers renders templates: JSON as json.dumps writes it, keys in their order, text not escaped
-    env.filters["tojson"] = lambda x, indent=None, **_: json.dumps(x, ensure_ascii=False, indent=indent)
     context = {**(variables or {}),  # (the caller's own variables; the conversation's are never theirs to set)
                "messages": messages, "add_generation_prompt": add_assistant,
                "bos_token": model.token_text(model.bos).decode("utf-8", "replace"),
                "eos_token": model.token_text(model.eos).decode("utf-8", "replace"),
                "raise_exception": raise_exception, **({"tools": list(tools)} if tools else {})}
     try:
-        return env.from_string(tmpl).render(**context)
+        return _compiled(tmpl).render(**context)
     except EdgespecError:
         raise
     except Exception as e:  # a template is a program: any error it makes is the template's, not ours
-        raise EdgespecError(f"cannot render the chat template: {type(e).__name__}: {e}") from None
+        raise TemplateError(f"cannot render the chat template: {type(e).__name__}: {e}") from None
 
 
 ROLES = ("system", "user", "assistant")

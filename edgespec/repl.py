@@ -230,7 +230,7 @@ class Repl:
             self.conv.turns.pop()
             return
         out, result = [], None
-        shown = Shown(self.color, self.engine.model, tokens)
+        shown = Shown(self.color, self.engine, tokens)
         try:
             for r in self.engine.stream(tokens, max_tokens=self.max_tokens, sampling=self.sampling, stop=self.stop,
                                         constraint=self.constraint):
@@ -285,9 +285,9 @@ class Shown:
     """A reply as the terminal shows it: drafted tokens coloured; a thinking model's reasoning dim, without its
     tags, a blank line before the answer. Without colour it is printed as written (what /save keeps either way)."""
 
-    def __init__(self, color: bool, model, prompt: list[int]) -> None:
+    def __init__(self, color: bool, engine, prompt: list[int]) -> None:
         self.color = color
-        ids = reasoning.markers(model) if color else None
+        ids = reasoning.markers(engine.model) if color else None
         self.thoughts = reasoning.Thoughts(reasoning.opened(prompt, ids)) if ids else None
         self.thought = False  # reasoning was shown, the answer not yet
 

@@ -257,3 +257,27 @@ def test_a_last_assistant_message_is_continued_not_closed(engine):
     calls = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "", "tool_calls": [
         {"id": "c", "type": "function", "function": {"name": "f", "arguments": {}}}]}]
     assert chat.render(engine.model, calls)[0].endswith("<|im_start|>assistant\n")
+
+
+def test_the_models_own_template_is_rendered_as_the_jinja_it_is(engine):
+    """As transformers, llama-server and LM Studio render it (a default system prompt included); llama.cpp's own
+    rendering for a template given by name, or one this renderer cannot run; a template's refusal is an error."""
+    from edgespec import chat
+
+    default_system = ("{% if messages[0].role != 'system' %}<|im_start|>system\nBe kind.<|im_end|>\n{% endif %}"
+                      "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+                      "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    chatml = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    assert chat.render(engine.model, [("user", "hi")], default_system)[0] == \
+        "<|im_start|>system\nBe kind.<|im_end|>\n" + chatml
+    assert chat.render(engine.model, [("user", "hi")], "chatml")[0] == chatml
+    cannot_run = "{{ no_such_function() }}<|im_start|>{% for m in messages %}{{ m.content }}{% endfor %}"
+    assert chat.render(engine.model, [("user", "hi")], cannot_run)[0] == chatml  # llama.cpp knows it as ChatML
+    dated = "{{ strftime_now('%Y') }}{% for m in messages %}{% if loop.index > 1 %}{% break %}{% endif %}" \
+            "{{ m.content }}{% endfor %}"
+    assert chat.render(engine.model, [("user", "hi"), ("user", "there")], dated)[0][4:] == "hi"
+    with pytest.raises(EdgespecError, match="refused the conversation: no system"):
+        chat.render(engine.model, [("system", "x"), ("user", "hi")],
+                    "{% if messages[0].role == 'system' %}{{ raise_exception('no system') }}{% endif %}")
+    with pytest.raises(EdgespecError, match="cannot render the chat template"):
+        chat.render(engine.model, [("user", "hi")], "{{ no_such_function() }}")
