@@ -265,6 +265,7 @@ def check(target, draft) -> None:
     from .backend import Model
     from .hub import resolve
     from .pairing import VOCAB_TYPES, VocabInfo, pair_problem
+    from . import reasoning
 
     models = [Model(resolve(spec)[0], vocab_only=True) for spec in (target, draft)]
     rows = [("file", lambda m: m.path), ("name", lambda m: m.meta("general.name") or "?"),
@@ -275,6 +276,7 @@ def check(target, draft) -> None:
             ("eos / add", lambda m: f"{m.eos} / {m.add_eos}"),
             ("chat template", lambda m: "yes" if m.chat_template() else "no"),
             ("fill in middle", lambda m: "yes" if m.fim_ids else "no"),
+            ("thinks aloud", lambda m: "yes (<think>)" if reasoning.markers(m) else "no"),
             # (from the metadata: a vocabulary-only load leaves llama.cpp's n_ctx_train at 0)
             ("trained context", lambda m: m.meta(f"{m.meta('general.architecture')}.context_length") or "?")]
     width = max(40, *(len(get(models[0])) + 2 for _, get in rows))

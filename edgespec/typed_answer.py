@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from .openai_api import Answer
-from .sequences import Event
 from .reasoning import Thoughts
+from .sequences import Event
 from .tools import CallReader
 
 

@@ -135,6 +135,13 @@ def test_only_a_thinking_models_tags_are_read_so(state, engine):
     from edgespec.server import ServerState
 
     assert reasoning.markers(state.engine.model) == (7, 8) and reasoning.markers(engine.model) is None
+    import subprocess
+    import sys
+
+    shown = subprocess.run([sys.executable, "-m", "edgespec", "check", str(state.engine.model.path),
+                            str(engine.model.path)], capture_output=True, text=True, timeout=60).stdout
+    row = next(line for line in shown.splitlines() if line.startswith("thinks aloud"))
+    assert row[16:].split() == ["yes", "(<think>)", "no"]  # (edgespec check: the target thinks, the draft not)
     plain = ServerState("m", SamplingConfig(), engine=engine)
     body, _ = _answer(plain, "chat", {"messages": [{"role": "user", "content": "hi"}]}, CUTS)
     assert body["choices"][0]["message"] == {"role": "assistant", "content": REPLY}

@@ -56,6 +56,7 @@ def test_models_lists_presets_and_check_shows_both_models(tiny_pair, fim_pair):
     assert r.returncode == 0 and "vocab size" in r.stdout and "ok: the draft can draft" in r.stdout
     rows = {line[:16].strip(): line[16:].split() for line in r.stdout.splitlines()}
     assert rows["trained context"] == ["32768", "32768"] and rows["fill in middle"] == ["no", "no"]
+    assert rows["thinks aloud"] == ["no", "no"]
     assert rows["file"] == [str(p) for p in tiny_pair]  # (columns apart however long the paths)
     r = run("check", fim_pair[0], tiny_pair[1])
     assert "fill in middle  yes" in r.stdout and "cannot pair" in r.stderr
