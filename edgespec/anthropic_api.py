@@ -12,13 +12,15 @@ from __future__ import annotations
 import json
 import uuid
 
-from .openai_api import BadRequest, parse as parse_chat, timings
+from .openai_api import BadRequest, parse_as, timings
 from .sequences import Event, Request
 from .typed_answer import TypedAnswer
 
 PASSED = ("temperature", "top_p", "top_k", "min_p", "seed", "repeat_penalty", "repeat_last_n", "presence_penalty",
           "frequency_penalty", "logit_bias", "ignore_eos", "speculative", "stream", "reasoning_format",
           "chat_template_kwargs")
+NAMES = (("].function.parameters", "].input_schema"), ("].function.", "]."), ("'stop'", "'stop_sequences'"),
+         ("response_format", "output_config.format"))  # a chat field's name in an error -> this API's
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error"}
 
@@ -63,10 +65,7 @@ def parse(body, state, counting: bool = False) -> tuple[Request, dict]:
             kind, {"type": "function", "function": {"name": choice.get("name")}})
         if choice.get("disable_parallel_tool_use"):
             chat["parallel_tool_calls"] = False
-    try:
-        req, how = parse_chat(chat, state, True)
-    except BadRequest as e:
-        raise BadRequest(_renamed(str(e)), e.param and _renamed(e.param), e.code, e.status) from None
+    req, how = parse_as(chat, state, NAMES)
     return req, {**how, "include_usage": False}
 
 
@@ -83,13 +82,6 @@ def _format(body: dict) -> dict | None:
     if not isinstance(fmt, dict) or fmt.get("type") != "json_schema" or not isinstance(fmt.get("schema"), dict):
         raise BadRequest(f"'{where}' must be {{\"type\": \"json_schema\", \"schema\": {{...}}}}", where)
     return fmt["schema"]
-
-
-def _renamed(text: str) -> str:
-    for chat_name, name in (("].function.parameters", "].input_schema"), ("].function.", "]."),
-                            ("'stop'", "'stop_sequences'"), ("response_format", "output_config.format")):
-        text = text.replace(chat_name, name)
-    return text
 
 
 def _system(system) -> list[dict]:

@@ -151,6 +151,20 @@ def parse(body, state: ServerState, is_chat: bool) -> tuple[Request, dict]:
                  "tools": tools is not None and tools.active, "echo": echo, "thinking": thinking}
 
 
+def parse_as(chat: dict, state: ServerState, names: tuple[tuple[str, str], ...]) -> tuple[Request, dict]:
+    """parse() of a chat completion built from another API's request (the Responses API, Anthropic's), its errors
+    naming that request's fields: `names` pairs a chat field's text in an error with the request's own."""
+    try:
+        return parse(chat, state, True)
+    except BadRequest as e:
+        def renamed(text: str) -> str:
+            for chat_name, name in names:
+                text = text.replace(chat_name, name)
+            return text
+
+        raise BadRequest(renamed(str(e)), e.param and renamed(e.param), e.code, e.status) from None
+
+
 def _prompt(body: dict, model) -> tuple[list[int], str]:
     """/v1/completions' prompt -> its tokens, and the text `echo` puts before the completion ("" without echo).
     A `suffix` asks for the text between the prompt and it (fill in the middle, fim.py), as Ollama and

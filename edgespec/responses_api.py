@@ -13,7 +13,7 @@ import threading
 import uuid
 from collections import OrderedDict
 
-from .openai_api import BadRequest, parse as parse_chat, timings
+from .openai_api import BadRequest, parse_as, timings
 from .sequences import Event, Request
 from .typed_answer import TypedAnswer
 
@@ -22,6 +22,8 @@ PASSED = ("temperature", "top_p", "top_k", "min_p", "seed", "repeat_penalty", "r
           "frequency_penalty", "logit_bias", "ignore_eos", "speculative", "stop", "stream", "parallel_tool_calls",
           "reasoning_format", "chat_template_kwargs")
 LOGPROBS = "message.output_text.logprobs"
+NAMES = (("response_format", "text.format"), ("max_tokens", "max_output_tokens"), ("].function.", "]."),
+         ("messages", "input"))  # a chat field's name in an error -> this API's
 
 
 class Store:
@@ -99,22 +101,11 @@ def parse(body, state) -> tuple[Request, dict]:
         raise BadRequest("'include' must be a list of strings", "include")
     if LOGPROBS in include:
         chat["logprobs"], chat["top_logprobs"] = True, body.get("top_logprobs", 0)
-    try:
-        req, how = parse_chat(chat, state, True)
-    except BadRequest as e:
-        raise BadRequest(_renamed(str(e)), e.param and _renamed(e.param), e.code, e.status) from None
+    req, how = parse_as(chat, state, NAMES)
     return req, {**how, "include_usage": False, "store": body.get("store", True), "instructions": instructions,
                  "previous": previous, "metadata": metadata, "format": fmt, "tool_choice": choice or "auto",
                  "tools_given": body.get("tools") or [], "parallel": body.get("parallel_tool_calls", True),
                  "conversation": history + messages, "max_output_tokens": body.get("max_output_tokens")}
-
-
-def _renamed(text: str) -> str:
-    """A chat completion's field names in an error, as this request named them."""
-    for chat_name, name in (("response_format", "text.format"), ("max_tokens", "max_output_tokens"),
-                            ("].function.", "]."), ("messages", "input")):
-        text = text.replace(chat_name, name)
-    return text
 
 
 def _conversation(items) -> list[dict]:
