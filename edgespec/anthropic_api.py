@@ -5,8 +5,9 @@ openai_api.parse reads the rest), its answer as a message, whole or as Anthropic
 errors in Anthropic's shape. No HTTP here.
 
 Refused with a 400 rather than ignored: images and documents in the content, Anthropic's server tools (web search,
-code execution: nothing here runs them). `thinking` is accepted and has no effect (these models do not think
-aloud); earlier `thinking` blocks in the conversation are left out, as hidden thoughts are."""
+code execution: nothing here runs them). The request's `thinking` field is accepted and changes nothing (a thinking
+model's reasoning comes as a thinking block either way, reasoning.py); earlier `thinking` blocks in the conversation
+are left out, as hidden thoughts are."""
 from __future__ import annotations
 
 import json
