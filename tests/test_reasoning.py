@@ -2,6 +2,7 @@
 `reasoning_content`, a Responses reasoning item, an Anthropic thinking block, whole or streamed; models without
 the tags as tokens are read as before."""
 import json
+import time
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -201,9 +202,11 @@ def test_chat_on_a_terminal_shows_the_reasoning_dim_and_saves_it_as_written(thin
     t = Terminal(["-m", "edgespec", "chat", "-m", str(think_target), "-n", "12", "-t", "0", "--chat-format", opens])
     t.read_until(b"/help for commands")
     t.type(b"hello\r")
-    t.read_until(b"\n> ", after=b"hello")
+    t.read_until(b"hello\r\n")  # (its echo first: a prompt found before it would be the last one)
+    t.read_until(b"\n> ", after=b"hello\r\n")
     t.type(f"/save {tmp_path / 'c.json'}\r".encode())
-    t.read_until(b"saved 2 messages")
+    t.read_until(b"\n> ", after=b"saved 2 messages")  # (Ctrl-D once the prompt is back, as a person would type it)
+    time.sleep(0.5)
     t.type(b"\x04")
     assert t.wait() == 0
     reply = json.loads((tmp_path / "c.json").read_text())["messages"][1]["content"]
