@@ -89,18 +89,18 @@ def render(model: Model, messages: Sequence[Message], template: str | None = Non
         add_assistant = False
     # The template as the Jinja it is (as transformers, llama-server and LM Studio render it: a model's default system
     # prompt included); llama.cpp's own rendering for a template named, or one this renderer cannot run.
-    text = None
+    text, failed = None, None
     if "{{" in tmpl or "{%" in tmpl:
         try:
             text = _render_jinja(model, tmpl, msgs, add_assistant, tools, template_kwargs)
-        except TemplateError:
+        except TemplateError as e:
             if rich or template_kwargs:
                 raise
+            failed = e
     if text is None:
         text = apply_builtin_template(tmpl, [(m["role"], m["content"]) for m in msgs], add_assistant)
     if text is None:
-        _render_jinja(model, tmpl, msgs, add_assistant, tools, template_kwargs)  # (its error, said)
-        raise EdgespecError(f"llama.cpp knows no chat template named {tmpl[:40]!r}")
+        raise failed or EdgespecError(f"llama.cpp knows no chat template named {tmpl[:40]!r}")
     if prefill:
         if end not in text:
             raise EdgespecError("the chat template does not show the last assistant message, so it cannot be "

@@ -202,7 +202,8 @@ def chat(system, chat_format, no_color, grammar_file, json_schema, json_object, 
                    "(CORS; repeatable). Default: none, so no web page you visit can read answers from it.")
 def serve(host, port, parallel, api_key, origins, **opts) -> None:
     """An OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, /v1/responses, /v1/models,
-    /health, /metrics), with Anthropic's /v1/messages (Claude Code) and llama-server's /infill (editors' fill in the middle), /tokenize, /detokenize and /props.
+    /health, /metrics), with Anthropic's /v1/messages (Claude Code) and llama-server's /infill (editors' fill in
+    the middle), /tokenize, /detokenize and /props.
 
     \b
     Each request may ask for "speculative": {"mode": "auto"|"off"|"draft"|"lookup"|"hybrid", "draft_max": K};

@@ -324,9 +324,11 @@ class Answer:
             if not delta and not entries and last is None:
                 return None
             choice["delta"] = delta
-        elif self.how["chat"]:
-            choice["delta"] = {"role": "assistant", "content": ""} if first else \
-                {"reasoning_content": thought} if thought and not text else {"content": text} if ev or text else {}
+        elif self.how["chat"] and first:
+            choice["delta"] = {"role": "assistant", "content": ""}
+        elif self.how["chat"]:  # (one piece may end the reasoning and begin the answer: both, then)
+            choice["delta"] = {**({"reasoning_content": thought} if thought else {}),
+                               **({"content": text} if text or ev is not None and not thought else {})}
         else:
             choice["text"] = self.how["echo"] if first else text  # (echo: the prompt comes first)
         out = {"id": self.id, "object": "chat.completion.chunk" if self.how["chat"] else "text_completion",

@@ -108,6 +108,24 @@ def test_chat_completions_show_it_as_reasoning_content(state):
     assert message["content"] == REPLY and "reasoning_content" not in message
 
 
+def test_a_piece_that_ends_the_reasoning_and_begins_the_answer_loses_neither(state):
+    """Text held back (a stop string's prefix, say) can come as one piece across </think>: each API's stream still
+    adds up to the whole."""
+    pieces = ["<think>\nThe user greets me.\nI greet", " back.\n</think>\n\nHello! <think> is a tag."]
+    _, events = _answer(state, "chat", {"messages": [{"role": "user", "content": "hi"}]}, pieces)
+    deltas = [e["choices"][0]["delta"] for e in events]
+    assert "".join(d.get("reasoning_content", "") for d in deltas) == THOUGHT
+    assert "".join(d.get("content") or "" for d in deltas) == ANSWER
+    _, events = _answer(state, "responses", {"input": "hi"}, pieces)
+    assert "".join(e["delta"] for e in events if e["type"] == "response.reasoning_text.delta") == THOUGHT
+    assert "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta") == ANSWER
+    _, events = _answer(state, "messages", {"max_tokens": 50, "messages": [{"role": "user", "content": "hi"}]},
+                        pieces)
+    deltas = [e["delta"] for e in events if e["type"] == "content_block_delta"]
+    assert "".join(d.get("thinking", "") for d in deltas) == THOUGHT
+    assert "".join(d.get("text", "") for d in deltas) == ANSWER
+
+
 def test_a_response_shows_it_as_a_reasoning_item(state):
     body, events = _answer(state, "responses", {"input": "hi"}, CUTS)
     reasoning, message = body["output"]
