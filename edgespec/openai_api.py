@@ -151,11 +151,13 @@ def parse(body, state: ServerState, is_chat: bool) -> tuple[Request, dict]:
                  "tools": tools is not None and tools.active, "echo": echo, "thinking": thinking}
 
 
-def parse_as(chat: dict, state: ServerState, names: tuple[tuple[str, str], ...]) -> tuple[Request, dict]:
-    """parse() of a chat completion built from another API's request (the Responses API, Anthropic's), its errors
-    naming that request's fields: `names` pairs a chat field's text in an error with the request's own."""
+def parse_as(chat: dict, state: ServerState, names: tuple[tuple[str, str], ...],
+             is_chat: bool = True) -> tuple[Request, dict]:
+    """parse() of a chat (or text) completion built from another API's request (the Responses API, Anthropic's,
+    Ollama's), its errors naming that request's fields: `names` pairs a field's text in an error with the request's
+    own."""
     try:
-        return parse(chat, state, True)
+        return parse(chat, state, is_chat)
     except BadRequest as e:
         def renamed(text: str) -> str:
             for chat_name, name in names:
@@ -244,6 +246,8 @@ def _finish(reason: str | None, calls: bool = False) -> str | None:
 
 class Answer:
     """The events of one request, gathered as they come (for the final JSON and for logprobs)."""
+
+    MEDIA = "text/event-stream"  # what its stream is sent as
 
     def __init__(self, state: ServerState, req: Request, how: dict) -> None:
         self.state, self.req, self.how = state, req, how

@@ -1,9 +1,9 @@
 """`edgespec serve`: the OpenAI HTTP API over the BatchEngine: routes, authentication, the hand-over of requests to
 the scheduler thread and of events back to the client, metrics, and the server's life from load to a clean stop.
 Each wire format has its own module: openai_api.py (chat and text completions), responses_api.py (OpenAI's
-Responses API), anthropic_api.py (Anthropic's Messages API), llama_api.py (llama-server's /infill, /tokenize,
-/detokenize and /props, which editors' plugins and UIs call). Every bad request is an OpenAI-style error body with a
-4xx (in Anthropic's shape on its routes).
+Responses API), anthropic_api.py (Anthropic's Messages API), ollama_api.py (Ollama's /api), llama_api.py
+(llama-server's /infill, /tokenize, /detokenize and /props, which editors' plugins and UIs call). Every bad request is an OpenAI-style error body with a
+4xx (in Anthropic's and Ollama's shapes on their routes).
 
 Extensions beyond OpenAI's fields: `top_k`, `min_p`, `speculative: {"mode": "auto"|"off"|"draft"|"lookup"|"hybrid",
 "draft_max": K}`, and llama-server's `timings` in every response.
@@ -28,7 +28,7 @@ from starlette.routing import Route
 
 from .batch import BatchEngine, Event, QueueFull
 from .errors import ContextOverflowError, EdgespecError
-from . import anthropic_api, llama_api, responses_api
+from . import anthropic_api, llama_api, ollama_api, prometheus, responses_api
 from .openai_api import Answer, BadRequest, parse
 from .sampling import SamplingConfig
 
@@ -56,7 +56,9 @@ ENDPOINTS = {"chat": (lambda body, state: parse(body, state, True), Answer, "mes
              "text": (lambda body, state: parse(body, state, False), Answer, "prompt"),
              "infill": (llama_api.parse, llama_api.InfillAnswer, "input_prefix"),
              "responses": (responses_api.parse, responses_api.ResponsesAnswer, "input"),
-             "messages": (anthropic_api.parse, anthropic_api.MessageAnswer, "messages")}
+             "messages": (anthropic_api.parse, anthropic_api.MessageAnswer, "messages"),
+             "ollama_chat": (ollama_api.parse_chat, ollama_api.OllamaAnswer, "messages"),
+             "ollama_generate": (ollama_api.parse_generate, ollama_api.OllamaAnswer, "prompt")}
 
 
 # the app ------------------------------------------------------------------------------------------------------------
@@ -104,7 +106,7 @@ def create_app(state: ServerState) -> Starlette:
             return error(str(e), 400)
         answer = render(state, req, how)
         if how["stream"]:
-            return StreamingResponse(_stream(answer, events, handle), media_type="text/event-stream",
+            return StreamingResponse(_stream(answer, events, handle), media_type=answer.MEDIA,
                                      headers={"Cache-Control": "no-cache"})
         finished = False
         try:
@@ -168,6 +170,43 @@ def create_app(state: ServerState) -> Starlette:
     async def count_tokens(request):
         return anthropic_errors(await vocabulary(request, anthropic_api.count_tokens, state))
 
+    async def ollama_generation(request, api: str):  # Ollama's /api/chat, /api/generate
+        if refuse(request) is None:
+            try:
+                body = json.loads(await request.body())
+            except (ValueError, UnicodeDecodeError):
+                body = None  # (completions() says so)
+            if ollama_api.loaded(body, api):  # a client warming the model up: it is loaded
+                return JSONResponse(ollama_api.load_answer(state, api))
+        return ollama_errors(await completions(request, f"ollama_{api}"))
+
+    async def ollama_chat(request):
+        return await ollama_generation(request, "chat")
+
+    async def ollama_generate(request):
+        return await ollama_generation(request, "generate")
+
+    async def ollama_listing(request):  # GET /api/tags, /api/ps; POST /api/show
+        if (refused := refuse(request)) is not None:
+            return ollama_errors(refused)
+        if request.url.path == "/api/show":
+            body, refused = await read(request)
+            if refused is not None:
+                return ollama_errors(refused)
+            if not ollama_api.named(body, state):
+                name = body.get("model", body.get("name")) if isinstance(body, dict) else None
+                return JSONResponse({"error": f"model {name!r} not found; this server serves {state.model_id!r}"},
+                                    404)
+            return JSONResponse(await asyncio.to_thread(ollama_api.show, state))
+        return JSONResponse((ollama_api.tags if request.url.path == "/api/tags" else ollama_api.running)(state))
+
+    async def ollama_version(request):
+        return JSONResponse({"version": ollama_api.VERSION})
+
+    async def root(request):  # what Ollama's clients (and a browser) check first
+        return PlainTextResponse("edgespec is running: OpenAI's API at /v1, Anthropic's at /v1/messages, Ollama's at "
+                                 "/api\n")
+
     async def stored_response(request):  # GET or DELETE /v1/responses/{id}
         if (refused := refuse(request)) is not None:
             return refused
@@ -223,7 +262,7 @@ def create_app(state: ServerState) -> Starlette:
         return JSONResponse({"status": "ok"})
 
     async def metrics(request):
-        return PlainTextResponse(prometheus(state), media_type="text/plain; version=0.0.4")
+        return PlainTextResponse(prometheus.text(state.engine), media_type="text/plain; version=0.0.4")
 
     routes = [Route("/v1/chat/completions", chat_completions, methods=["POST"]),
               Route("/v1/completions", text_completions, methods=["POST"]),
@@ -234,6 +273,11 @@ def create_app(state: ServerState) -> Starlette:
               Route("/infill", infill, methods=["POST"]), Route("/tokenize", tokenize, methods=["POST"]),
               Route("/detokenize", detokenize, methods=["POST"]), Route("/props", props, methods=["GET"]),
               Route("/v1/models", models, methods=["GET"]), Route("/v1/models/{model:path}", model, methods=["GET"]),
+              Route("/api/chat", ollama_chat, methods=["POST"]),
+              Route("/api/generate", ollama_generate, methods=["POST"]),
+              Route("/api/tags", ollama_listing, methods=["GET"]), Route("/api/ps", ollama_listing, methods=["GET"]),
+              Route("/api/show", ollama_listing, methods=["POST"]),
+              Route("/api/version", ollama_version, methods=["GET"]), Route("/", root, methods=["GET"]),
               Route("/health", health, methods=["GET"]),
               Route("/metrics", metrics, methods=["GET"])]
     # Browsers ask before a page calls another origin; answered only for the origins given (--allow-origin), so a web
@@ -252,9 +296,20 @@ def anthropic_errors(response: Response) -> Response:
                         response.status_code)
 
 
+def ollama_errors(response: Response) -> Response:
+    """An error answered to Ollama's API in its shape, {"error": "..."}; anything else as it is."""
+    if response.status_code < 400 or not isinstance(response, JSONResponse):
+        return response
+    return JSONResponse({"error": json.loads(response.body)["error"]["message"]}, response.status_code)
+
+
 async def _not_found(request, exc):
     served = ", ".join(f"{'/'.join(sorted(r.methods - {'HEAD'}))} {re.sub(r':[a-z]+}', '}', r.path)}"
                        for r in request.app.routes)  # (a path parameter as {model}, not {model:path})
+    if request.url.path.startswith("/api/"):  # Ollama's pull, create, delete, embed...
+        return JSONResponse({"error": f"edgespec does not serve {request.url.path}: it serves the model it was "
+                                      f"started with (Ollama's /api/chat, /api/generate, /api/tags, /api/show, "
+                                      f"/api/ps, /api/version)"}, 404)
     return error(f"no route {request.url.path}; edgespec serves {served}", 404, code="not_found")
 
 
@@ -264,54 +319,6 @@ async def _not_allowed(request, exc):
 
 async def _server_error(request, exc):
     return error(f"internal error: {type(exc).__name__}: {exc}", 500)
-
-
-def prometheus(state: ServerState) -> str:
-    e = state.engine
-    m = e.metrics if e is not None else {}
-    lines = []
-
-    def put(name, kind, help_, samples):
-        lines.append(f"# HELP edgespec_{name} {help_}")
-        lines.append(f"# TYPE edgespec_{name} {kind}")
-        for labels, value in samples:
-            lines.append(f"edgespec_{name}{labels} {value}")
-
-    put("requests_total", "counter", "Requests accepted.", [("", m.get("requests", 0))])
-    put("prompt_tokens_total", "counter", "Prompt tokens of accepted requests.", [("", m.get("prompt_tokens", 0))])
-    put("generated_tokens_total", "counter", "Tokens generated.", [("", m.get("generated_tokens", 0))])
-    put("drafted_tokens_total", "counter", "Tokens proposed, by proposer.",
-        [(f'{{proposer="{p}"}}', m.get(f"drafted_{p}", 0)) for p in ("draft", "lookup", "grammar")])
-    put("accepted_tokens_total", "counter", "Proposed tokens the target accepted, by proposer.",
-        [(f'{{proposer="{p}"}}', m.get(f"accepted_{p}", 0)) for p in ("draft", "lookup", "grammar")])
-    drafted = sum(m.get(f"drafted_{p}", 0) for p in ("draft", "lookup", "grammar"))
-    accepted = sum(m.get(f"accepted_{p}", 0) for p in ("draft", "lookup", "grammar"))
-    put("acceptance_rate", "gauge", "Accepted over proposed tokens.", [("", accepted / drafted if drafted else 0)])
-    spec_rounds = m.get("rounds_speculative", 0)
-    put("mean_accepted_length", "gauge", "Accepted tokens per speculative round.",
-        [("", accepted / spec_rounds if spec_rounds else 0)])
-    put("rounds_total", "counter", "Sequence rounds, speculative or plain, by why.",
-        [(f'{{reason="{k[len("rounds_reason_"):]}"}}', v) for k, v in sorted(m.items())
-         if k.startswith("rounds_reason_")])
-    put("rounds_speculative_total", "counter", "Sequence rounds that verified drafted tokens.", [("", spec_rounds)])
-    put("rounds_plain_total", "counter", "Sequence rounds without drafted tokens.", [("", m.get("rounds_plain", 0))])
-    put("active_sequences", "gauge", "Sequences being generated.", [("", e.n_active if e else 0)])
-    put("queued_requests", "gauge", "Requests waiting for a sequence.", [("", e.n_queued if e else 0)])
-    steps = m.get("steps", 0)
-    put("steps_total", "counter", "Target decodes (one per step, all sequences' rows).", [("", steps)])
-    put("batch_rows_total", "counter", "Rows in all target decodes.", [("", m.get("batch_rows", 0))])
-    put("batch_rows_last", "gauge", "Rows in the last target decode.", [("", m.get("last_batch_rows", 0))])
-    put("step_seconds_total", "counter", "Time in steps (decide, draft, decode, verify).", [("", m.get("step_s", 0.0))])
-    put("decide_seconds_total", "counter", "Time spent choosing each sequence's draft length.",
-        [("", m.get("decide_s", 0.0))])
-    put("phase_seconds_total", "counter", "Time in steps by phase: decide (draft lengths), draft (proposals), verify "
-        "(the target's decode; over rpc-servers the network waits are inside it), accept.",
-        [(f'{{phase="{p}"}}', m.get(f"{p}_s", 0.0)) for p in ("decide", "draft", "verify", "accept")])
-    put("rpc_servers", "gauge", "rpc-servers the target is split over (0: all on this machine).",
-        [("", len(e.model.rpc) if e is not None else 0)])
-    put("prompt_rows_total", "counter", "Prompt tokens decoded within steps, beside the sequences' rows.",
-        [("", m.get("prompt_rows", 0))])
-    return "\n".join(lines) + "\n"
 
 
 def loopback(host: str) -> bool:

@@ -73,6 +73,24 @@ def server(tiny_pair):
 
 
 @pytest.fixture(scope="session")
+def think_target(tiny_dir):
+    """A tiny thinking model: <think> and </think> are tokens of its own."""
+    return tiny_models.write(tiny_dir / "target-think.gguf", tiny_models.weights(0), think=True)
+
+
+@pytest.fixture(scope="module")
+def think_state(think_target):
+    """A server's state over the tiny thinking model, without HTTP: for the APIs' parsing and rendering."""
+    import edgespec
+    from edgespec.sampling import SamplingConfig
+    from edgespec.server import ServerState
+
+    e = edgespec.Engine.load(think_target, n_ctx=1024, n_threads=2)
+    yield ServerState("m", SamplingConfig(), engine=e)
+    e.close()
+
+
+@pytest.fixture(scope="session")
 def make_pair(tiny_dir):
     """The tiny pair rewritten with another end-of-generation token (the weights are the same)."""
 

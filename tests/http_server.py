@@ -42,7 +42,7 @@ class Server:
 
     def post(self, path, body, **kw):
         data = body if isinstance(body, (bytes, str)) else json.dumps(body)
-        return httpx.post(self.url + path, content=data, timeout=60, **kw)
+        return httpx.post(self.url + path, content=data, **{"timeout": 60, **kw})
 
     def metric(self, name: str) -> float:
         for line in httpx.get(self.url + "/metrics", timeout=10).text.splitlines():

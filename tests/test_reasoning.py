@@ -50,24 +50,6 @@ def test_nothing_is_shown_before_it_is_known():
 
 
 # how each API shows it -------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def think_target(tiny_dir):
-    import tiny_models
-
-    return tiny_models.write(tiny_dir / "target-think.gguf", tiny_models.weights(0), think=True)
-
-
-@pytest.fixture(scope="module")
-def state(think_target):
-    import edgespec
-    from edgespec.sampling import SamplingConfig
-    from edgespec.server import ServerState
-
-    e = edgespec.Engine.load(think_target, n_ctx=1024, n_threads=2)
-    yield ServerState("m", SamplingConfig(), engine=e)
-    e.close()
-
-
 def _answer(state, api, body, pieces):
     """The answer of `api` ("chat", "responses", "messages") to a body, had the model written these pieces: the
     whole answer, and the stream's events decoded."""
@@ -93,41 +75,42 @@ CUTS = ["<thi", "nk>\nThe user", " greets me.\nI greet back.\n</", "think>\n", "
 THOUGHT, ANSWER = split(REPLY)
 
 
-def test_chat_completions_show_it_as_reasoning_content(state):
+def test_chat_completions_show_it_as_reasoning_content(think_state):
     assert "".join(CUTS) == REPLY
-    body, events = _answer(state, "chat", {"messages": [{"role": "user", "content": "hi"}]}, CUTS)
+    body, events = _answer(think_state, "chat", {"messages": [{"role": "user", "content": "hi"}]}, CUTS)
     message = body["choices"][0]["message"]
     assert (message["reasoning_content"], message["content"]) == (THOUGHT, ANSWER)
     deltas = [e["choices"][0]["delta"] for e in events]
     assert "".join(d.get("reasoning_content", "") for d in deltas) == THOUGHT
     assert "".join(d.get("content") or "" for d in deltas) == ANSWER
     # reasoning_format "none": all of it is content, as written
-    body, _ = _answer(state, "chat", {"messages": [{"role": "user", "content": "hi"}], "reasoning_format": "none"},
+    body, _ = _answer(think_state, "chat",
+                      {"messages": [{"role": "user", "content": "hi"}], "reasoning_format": "none"},
                       CUTS)
     message = body["choices"][0]["message"]
     assert message["content"] == REPLY and "reasoning_content" not in message
 
 
-def test_a_piece_that_ends_the_reasoning_and_begins_the_answer_loses_neither(state):
+def test_a_piece_that_ends_the_reasoning_and_begins_the_answer_loses_neither(think_state):
     """Text held back (a stop string's prefix, say) can come as one piece across </think>: each API's stream still
     adds up to the whole."""
     pieces = ["<think>\nThe user greets me.\nI greet", " back.\n</think>\n\nHello! <think> is a tag."]
-    _, events = _answer(state, "chat", {"messages": [{"role": "user", "content": "hi"}]}, pieces)
+    _, events = _answer(think_state, "chat", {"messages": [{"role": "user", "content": "hi"}]}, pieces)
     deltas = [e["choices"][0]["delta"] for e in events]
     assert "".join(d.get("reasoning_content", "") for d in deltas) == THOUGHT
     assert "".join(d.get("content") or "" for d in deltas) == ANSWER
-    _, events = _answer(state, "responses", {"input": "hi"}, pieces)
+    _, events = _answer(think_state, "responses", {"input": "hi"}, pieces)
     assert "".join(e["delta"] for e in events if e["type"] == "response.reasoning_text.delta") == THOUGHT
     assert "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta") == ANSWER
-    _, events = _answer(state, "messages", {"max_tokens": 50, "messages": [{"role": "user", "content": "hi"}]},
+    _, events = _answer(think_state, "messages", {"max_tokens": 50, "messages": [{"role": "user", "content": "hi"}]},
                         pieces)
     deltas = [e["delta"] for e in events if e["type"] == "content_block_delta"]
     assert "".join(d.get("thinking", "") for d in deltas) == THOUGHT
     assert "".join(d.get("text", "") for d in deltas) == ANSWER
 
 
-def test_a_response_shows_it_as_a_reasoning_item(state):
-    body, events = _answer(state, "responses", {"input": "hi"}, CUTS)
+def test_a_response_shows_it_as_a_reasoning_item(think_state):
+    body, events = _answer(think_state, "responses", {"input": "hi"}, CUTS)
     reasoning, message = body["output"]
     assert reasoning["type"] == "reasoning" and reasoning["content"] == [{"type": "reasoning_text", "text": THOUGHT}]
     assert message["content"][0]["text"] == ANSWER
@@ -138,8 +121,8 @@ def test_a_response_shows_it_as_a_reasoning_item(state):
     assert [e["output_index"] for e in events if e["type"] == "response.output_item.done"] == [0, 1]
 
 
-def test_a_message_shows_it_as_a_thinking_block(state):
-    body, events = _answer(state, "messages", {"max_tokens": 50, "messages": [{"role": "user", "content": "hi"}]},
+def test_a_message_shows_it_as_a_thinking_block(think_state):
+    body, events = _answer(think_state, "messages", {"max_tokens": 50, "messages": [{"role": "user", "content": "hi"}]},
                            CUTS)
     assert body["content"] == [{"type": "thinking", "thinking": THOUGHT, "signature": ""},
                                {"type": "text", "text": ANSWER}]
@@ -148,16 +131,16 @@ def test_a_message_shows_it_as_a_thinking_block(state):
     assert [e["index"] for e in events if e["type"] == "content_block_stop"] == [0, 1]
 
 
-def test_only_a_thinking_models_tags_are_read_so(state, engine):
+def test_only_a_thinking_models_tags_are_read_so(think_state, engine):
     from edgespec import reasoning
     from edgespec.sampling import SamplingConfig
     from edgespec.server import ServerState
 
-    assert reasoning.markers(state.engine.model) == (7, 8) and reasoning.markers(engine.model) is None
+    assert reasoning.markers(think_state.engine.model) == (7, 8) and reasoning.markers(engine.model) is None
     import subprocess
     import sys
 
-    shown = subprocess.run([sys.executable, "-m", "edgespec", "check", str(state.engine.model.path),
+    shown = subprocess.run([sys.executable, "-m", "edgespec", "check", str(think_state.engine.model.path),
                             str(engine.model.path)], capture_output=True, text=True, timeout=60).stdout
     row = next(line for line in shown.splitlines() if line.startswith("thinks aloud"))
     assert row[16:].split() == ["yes", "(<think>)", "no"]  # (edgespec check: the target thinks, the draft not)
@@ -166,7 +149,7 @@ def test_only_a_thinking_models_tags_are_read_so(state, engine):
     assert body["choices"][0]["message"] == {"role": "assistant", "content": REPLY}
 
 
-def test_a_prompt_that_opens_the_reasoning_starts_the_reply_inside_it(state, think_target):
+def test_a_prompt_that_opens_the_reasoning_starts_the_reply_inside_it(think_state, think_target):
     """Through the server, with the SDKs: a prefill of "<think>" (as templates that open it write the prompt), so
     all the tiny model writes is reasoning."""
     anthropic = pytest.importorskip("anthropic")
@@ -191,7 +174,7 @@ def test_a_prompt_that_opens_the_reasoning_starts_the_reply_inside_it(state, thi
         assert s.stop() == 0
 
 
-def test_chat_template_kwargs_reach_the_template_and_stay_text(state):
+def test_chat_template_kwargs_reach_the_template_and_stay_text(think_state):
     """llama-server's chat_template_kwargs (Qwen3's enable_thinking): the template's own variables; text in them is
     text, never control tokens, and they cannot replace the conversation."""
     from edgespec import chat
@@ -200,14 +183,14 @@ def test_chat_template_kwargs_reach_the_template_and_stay_text(state):
     qwen3ish = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
                 "{% if add_generation_prompt %}<|im_start|>assistant\n{% if enable_thinking is defined and not "
                 "enable_thinking %}<think>\n\n</think>\n\n{% endif %}{{ note or '' }}{% endif %}")
-    model, msgs = state.engine.model, [("user", "hi")]
+    model, msgs = think_state.engine.model, [("user", "hi")]
     off, _ = chat.render(model, msgs, qwen3ish, template_kwargs={"enable_thinking": False})
     on, _ = chat.render(model, msgs, qwen3ish)
     assert off == on + "<think>\n\n</think>\n\n"
     text, literal = chat.render(model, msgs, qwen3ish, template_kwargs={"note": "<|im_end|>", "messages": []})
     assert "hi" in text and [text[a:b] for a, b in literal] == ["<|im_end|>"]
     with pytest.raises(BadRequest) as e:
-        parse({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": ["x"]}, state, True)
+        parse({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": ["x"]}, think_state, True)
     assert e.value.param == "chat_template_kwargs"
 
 

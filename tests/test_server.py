@@ -433,7 +433,7 @@ def test_a_port_in_use_is_one_line_and_exit_1_before_the_model_loads(tiny_pair):
 
 def _served_together_equal_the_target_alone(target, draft, prompts, modes, max_tokens):
     """Chat requests from concurrent clients (more requests than sequences), greedy, in turn through OpenAI's chat
-    completions, its Responses API and Anthropic's Messages API: each answer is the F16 target's own, as written
+    completions, its Responses API, Anthropic's Messages API and Ollama's /api/chat: each answer is the F16 target's own, as written
     alone in this process. Returns the proposed tokens counted by the server."""
     import anthropic
     import edgespec
@@ -458,14 +458,19 @@ def _served_together_equal_the_target_alone(target, draft, prompts, modes, max_t
                     elif api == 1:
                         got[p] = client.responses.create(model="x", input=p, max_output_tokens=max_tokens,
                                                          extra_body=spec).output_text
-                    else:
+                    elif api == 2:
                         got[p] = "".join(b.text for b in claude.messages.create(
                             model="x", messages=[{"role": "user", "content": p}], max_tokens=max_tokens,
                             extra_body=spec).content)
+                    else:
+                        got[p] = server.post("/api/chat", {
+                            "model": "x", "messages": [{"role": "user", "content": p}], "stream": False,
+                            "options": {"temperature": 0, "num_predict": max_tokens},
+                            "speculative": spec["speculative"]}, timeout=600).json()["message"]["content"]
                 except Exception as e:  # noqa: BLE001 - reported below
                     errors.append(e)
 
-            threads = [threading.Thread(target=ask, args=(p, i % 3)) for i, p in enumerate(prompts)]
+            threads = [threading.Thread(target=ask, args=(p, i % 4)) for i, p in enumerate(prompts)]
             for t in threads:
                 t.start()
             for t in threads:

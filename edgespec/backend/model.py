@@ -301,6 +301,15 @@ class Model(_Freed):
         ll.llama_model_desc(self._ptr, buf, len(buf))
         return buf.value.decode("utf-8", "replace")
 
+    def n_params(self) -> int:
+        self._open()
+        return int(ll.llama_model_n_params(self._ptr))
+
+    def size(self) -> int:
+        """The bytes of its weights."""
+        self._open()
+        return int(ll.llama_model_size(self._ptr))
+
     def close(self) -> None:
         if getattr(self, "_ptr", None):
             lock = getattr(self, "_llg_lock", None)
