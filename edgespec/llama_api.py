@@ -4,7 +4,8 @@ the rest of the body is read as `/v1/completions` reads it), and its answer, who
 shape (`content`, `stop`, `stop_type`, `tokens_predicted`, `timings`, and only the `response_fields` asked for); its
 `t_max_predict_ms` and `n_indent` honoured as llama-server honours them (Request.time_limit_s, min_indent),
 `t_max_prompt_ms` and its own sampler chain (`samplers`) not (unknown fields are ignored, as /v1/completions ignores
-them). `/tokenize` and `/detokenize`, which UIs use to count a conversation's tokens against the context, and
+them). `/completion`, llama-server's own completion endpoint, the same for a `prompt` as /v1/completions reads it.
+`/tokenize` and `/detokenize`, which UIs use to count a conversation's tokens against the context, and
 `/props`, where they read the context size and the chat template."""
 from __future__ import annotations
 
@@ -32,18 +33,7 @@ def parse(body, state) -> tuple[Request, dict]:
     if not isinstance(extra, list) or not all(isinstance(c, dict) and isinstance(c.get("text", ""), str)
                                               and isinstance(c.get("filename", ""), str) for c in extra):
         raise BadRequest("'input_extra' must be a list of {\"filename\": string, \"text\": string}", "input_extra")
-    n_predict = body.get("n_predict", -1)
-    if isinstance(n_predict, bool) or not isinstance(n_predict, int) or n_predict < -1:
-        raise BadRequest("'n_predict' must be an integer >= -1 (-1: until the model ends the text)", "n_predict")
-    limit_ms = body.get("t_max_predict_ms", 0)
-    if isinstance(limit_ms, bool) or not isinstance(limit_ms, (int, float)) or not 0 <= limit_ms < float("inf"):
-        raise BadRequest("'t_max_predict_ms' must be a number of milliseconds >= 0 (0: no limit)", "t_max_predict_ms")
-    n_indent = body.get("n_indent", 0)
-    if isinstance(n_indent, bool) or not isinstance(n_indent, int) or n_indent < 0:
-        raise BadRequest("'n_indent' must be an integer >= 0 (0: no rule)", "n_indent")
-    fields = body.get("response_fields")
-    if fields is not None and (not isinstance(fields, list) or not all(isinstance(f, str) for f in fields)):
-        raise BadRequest("'response_fields' must be a list of strings", "response_fields")
+    n_predict = _n_predict(body)
     engine = state.engine
     n_ctx = engine.target.n_ctx
     answer_room = n_predict if 0 <= n_predict < n_ctx else n_ctx // 4  # kept free for the answer
@@ -54,11 +44,46 @@ def parse(body, state) -> tuple[Request, dict]:
         raise  # (the server's context_length_exceeded)
     except EdgespecError as e:
         raise BadRequest(str(e), "input_suffix", "unsupported_value") from None
+    return _request(body, state, tokens, cut)
+
+
+def parse_native(body, state) -> tuple[Request, dict]:
+    """A /completion body (llama-server's own completion endpoint, which its README's examples call): `prompt` as
+    /v1/completions reads it (a text, control-token names parsed, or token ids), `n_predict`, the sampling fields;
+    the answer in llama-server's shape, as /infill's."""
+    if not isinstance(body, dict):
+        raise BadRequest("the request body must be a JSON object")
+    if "prompt" not in body:
+        raise BadRequest("'prompt' is required: a string or a list of token ids", "prompt")
+    return _request(body, state, body["prompt"], False)
+
+
+def _n_predict(body: dict) -> int:
+    n_predict = body.get("n_predict", -1)
+    if isinstance(n_predict, bool) or not isinstance(n_predict, int) or n_predict < -1:
+        raise BadRequest("'n_predict' must be an integer >= -1 (-1: until the model ends the text)", "n_predict")
+    return n_predict
+
+
+def _request(body: dict, state, prompt, cut: bool) -> tuple[Request, dict]:
+    """The Request for a prompt of llama-server's endpoints, with their own fields (n_predict, t_max_predict_ms,
+    n_indent, response_fields, logit_bias as pairs) and the rest read as /v1/completions reads them."""
+    n_predict = _n_predict(body)
+    limit_ms = body.get("t_max_predict_ms", 0)
+    if isinstance(limit_ms, bool) or not isinstance(limit_ms, (int, float)) or not 0 <= limit_ms < float("inf"):
+        raise BadRequest("'t_max_predict_ms' must be a number of milliseconds >= 0 (0: no limit)", "t_max_predict_ms")
+    n_indent = body.get("n_indent", 0)
+    if isinstance(n_indent, bool) or not isinstance(n_indent, int) or n_indent < 0:
+        raise BadRequest("'n_indent' must be an integer >= 0 (0: no rule)", "n_indent")
+    fields = body.get("response_fields")
+    if fields is not None and (not isinstance(fields, list) or not all(isinstance(f, str) for f in fields)):
+        raise BadRequest("'response_fields' must be a list of strings", "response_fields")
     rest = {k: v for k, v in body.items() if k not in OWN and k not in OPENAI_ONLY}
     if isinstance(rest.get("logit_bias"), list):
         rest["logit_bias"] = _bias_pairs(rest["logit_bias"])
-    req, how = parse_completion({**rest, "prompt": tokens,
-                                 "max_tokens": n_predict if n_predict >= 0 else n_ctx - len(tokens)}, state, False)
+    req, how = parse_completion({**rest, "prompt": prompt}, state, False)
+    n_ctx = state.engine.target.n_ctx
+    req.max_tokens = n_predict if n_predict >= 0 else max(0, n_ctx - len(req.prompt))
     req.time_limit_s, req.min_indent = (limit_ms / 1000 if limit_ms else None), n_indent
     return req, {**how, "truncated": cut, "fields": fields}
 

@@ -55,6 +55,7 @@ class ServerState:
 ENDPOINTS = {"chat": (lambda body, state: parse(body, state, True), Answer, "messages"),
              "text": (lambda body, state: parse(body, state, False), Answer, "prompt"),
              "infill": (llama_api.parse, llama_api.InfillAnswer, "input_prefix"),
+             "completion": (llama_api.parse_native, llama_api.InfillAnswer, "prompt"),
              "responses": (responses_api.parse, responses_api.ResponsesAnswer, "input"),
              "messages": (anthropic_api.parse, anthropic_api.MessageAnswer, "messages"),
              "ollama_chat": (ollama_api.parse_chat, ollama_api.OllamaAnswer, "messages"),
@@ -152,39 +153,26 @@ def create_app(state: ServerState) -> Starlette:
                          code="invalid_api_key")
         return None
 
-    async def chat_completions(request):
-        return await completions(request, "chat")
-
-    async def text_completions(request):
-        return await completions(request, "text")
-
-    async def infill(request):
-        return await completions(request, "infill")
-
-    async def responses(request):
-        return await completions(request, "responses")
-
-    async def messages(request):  # Anthropic's: its errors in Anthropic's shape
-        return anthropic_errors(await completions(request, "messages"))
+    def generating(endpoint: str, shaped=lambda response: response):
+        """The handler of a route that generates (ENDPOINTS[endpoint]); `shaped`: its errors in its API's shape."""
+        async def handler(request):
+            return shaped(await completions(request, endpoint))
+        return handler
 
     async def count_tokens(request):
         return anthropic_errors(await vocabulary(request, anthropic_api.count_tokens, state))
 
-    async def ollama_generation(request, api: str):  # Ollama's /api/chat, /api/generate
-        if refuse(request) is None:
-            try:
-                body = json.loads(await request.body())
-            except (ValueError, UnicodeDecodeError):
-                body = None  # (completions() says so)
-            if ollama_api.loaded(body, api):  # a client warming the model up: it is loaded
-                return JSONResponse(ollama_api.load_answer(state, api))
-        return ollama_errors(await completions(request, f"ollama_{api}"))
-
-    async def ollama_chat(request):
-        return await ollama_generation(request, "chat")
-
-    async def ollama_generate(request):
-        return await ollama_generation(request, "generate")
+    def ollama_generation(api: str):  # Ollama's /api/chat, /api/generate
+        async def handler(request):
+            if refuse(request) is None:
+                try:
+                    body = json.loads(await request.body())
+                except (ValueError, UnicodeDecodeError):
+                    body = None  # (completions() says so)
+                if ollama_api.loaded(body, api):  # a client warming the model up: it is loaded
+                    return JSONResponse(ollama_api.load_answer(state, api))
+            return ollama_errors(await completions(request, f"ollama_{api}"))
+        return handler
 
     async def ollama_listing(request):  # GET /api/tags, /api/ps; POST /api/show
         if (refused := refuse(request)) is not None:
@@ -264,17 +252,21 @@ def create_app(state: ServerState) -> Starlette:
     async def metrics(request):
         return PlainTextResponse(prometheus.text(state.engine), media_type="text/plain; version=0.0.4")
 
-    routes = [Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-              Route("/v1/completions", text_completions, methods=["POST"]),
-              Route("/v1/responses", responses, methods=["POST"]),
-              Route("/v1/messages", messages, methods=["POST"]),
+    routes = [Route("/v1/chat/completions", generating("chat"), methods=["POST"]),
+              Route("/v1/completions", generating("text"), methods=["POST"]),
+              # (llama-server's paths without /v1 too: a client given the server's root as its base URL finds them)
+              Route("/chat/completions", generating("chat"), methods=["POST"]),
+              Route("/completions", generating("text"), methods=["POST"]), Route("/models", models, methods=["GET"]),
+              Route("/completion", generating("completion"), methods=["POST"]),
+              Route("/v1/responses", generating("responses"), methods=["POST"]),
+              Route("/v1/messages", generating("messages", anthropic_errors), methods=["POST"]),
               Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
               Route("/v1/responses/{id}", stored_response, methods=["GET", "DELETE"]),
-              Route("/infill", infill, methods=["POST"]), Route("/tokenize", tokenize, methods=["POST"]),
+              Route("/infill", generating("infill"), methods=["POST"]), Route("/tokenize", tokenize, methods=["POST"]),
               Route("/detokenize", detokenize, methods=["POST"]), Route("/props", props, methods=["GET"]),
               Route("/v1/models", models, methods=["GET"]), Route("/v1/models/{model:path}", model, methods=["GET"]),
-              Route("/api/chat", ollama_chat, methods=["POST"]),
-              Route("/api/generate", ollama_generate, methods=["POST"]),
+              Route("/api/chat", ollama_generation("chat"), methods=["POST"]),
+              Route("/api/generate", ollama_generation("generate"), methods=["POST"]),
               Route("/api/tags", ollama_listing, methods=["GET"]), Route("/api/ps", ollama_listing, methods=["GET"]),
               Route("/api/show", ollama_listing, methods=["POST"]),
               Route("/api/version", ollama_version, methods=["GET"]), Route("/", root, methods=["GET"]),

@@ -307,6 +307,30 @@ def test_props_as_llama_server_answers(server, engine):
     assert props["default_generation_settings"]["params"]["temperature"] == 0.8
 
 
+def test_llama_servers_completion_and_paths_without_v1(server):
+    """llama-server's own /completion (its README's examples call it) is /v1/completions' answer in llama-server's
+    shape, whole or streamed; its paths without /v1 answer too, for a client given the server's root."""
+    for prompt in ("the cat sat on the", [261, 117, 115, 101, 114]):
+        want = server.client().completions.create(model="x", prompt=prompt, max_tokens=10, temperature=0)
+        got = server.post("/completion", {"prompt": prompt, "n_predict": 10, "temperature": 0}).json()
+        assert got["content"] == want.choices[0].text and got["stop_type"] == "limit"
+        assert (got["tokens_evaluated"], got["tokens_predicted"]) == (want.usage.prompt_tokens, 10)
+        lines = [json.loads(line[6:]) for line in server.post("/completion", {
+            "prompt": prompt, "n_predict": 10, "temperature": 0, "stream": True}).text.splitlines()
+            if line.startswith("data: ")]
+        assert "".join(x["content"] for x in lines) == got["content"] and lines[-1]["stop"]
+        bare = server.post("/completions", {"prompt": prompt, "max_tokens": 10, "temperature": 0}).json()
+        assert bare["choices"][0]["text"] == want.choices[0].text
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 6, "temperature": 0}
+    assert server.post("/chat/completions", chat).json()["choices"] == \
+        server.post("/v1/chat/completions", chat).json()["choices"]
+    assert httpx.get(server.url + "/models").json()["data"][0]["id"] == "target.gguf"
+    for body, param in (({"n_predict": 5}, "prompt"), ({"prompt": "x", "n_predict": -5}, "n_predict"),
+                        ({"prompt": {"a": 1}}, "prompt")):
+        r = server.post("/completion", body)
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+
+
 def test_unknown_fields_are_ignored_and_unknown_routes_are_json(server):
     r = server.post("/v1/completions", {"prompt": "hi", "max_tokens": 2, "frequency_penalty_x": 1, "user": "u"})
     assert r.status_code == 200
