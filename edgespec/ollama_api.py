@@ -338,8 +338,8 @@ def show(state) -> dict:
     capabilities = ["completion", "tools"] + (["thinking"] if reasoning.markers(model) else []) \
         + (["insert"] if model.fim_ids else [])
     parameters = "\n".join(f"{name} {value}" for name, value in (
-        ("temperature", d.temperature), ("top_k", d.top_k), ("top_p", d.top_p), ("min_p", d.min_p),
-        ("repeat_penalty", d.repeat_penalty)))
+        ("num_ctx", engine.target.n_ctx), ("temperature", d.temperature), ("top_k", d.top_k), ("top_p", d.top_p),
+        ("min_p", d.min_p), ("repeat_penalty", d.repeat_penalty)))  # (clients read num_ctx here, as Continue does)
     return {"license": model.meta("general.license") or "", "modelfile": f"# served by edgespec\nFROM {model.path}\n",
             "parameters": parameters, "template": model.chat_template() or "", "details": details, "model_info": info,
             "capabilities": capabilities, "modified_at": _entry(state)["modified_at"]}

@@ -246,7 +246,7 @@ def test_the_model_is_listed_and_described(server):
         shown = client.show(name)
         assert "completion" in shown.capabilities and "tools" in shown.capabilities
         assert shown.modelinfo["general.architecture"] == "llama" and shown.modelinfo["llama.context_length"] == 1024
-        assert "im_start" in shown.template
+        assert "im_start" in shown.template and "num_ctx 1024" in shown.parameters.splitlines()
     with pytest.raises(ollama.ResponseError) as e:
         client.show("llama3.2")
     assert e.value.status_code == 404
