@@ -1,6 +1,6 @@
 """Property tests (hypothesis) on what users type: any text through tokenize / detokenize, chat rendering and the
-streamed text; any settings file. Nothing raises but a clear EdgespecError, and nothing typed is lost or turned
-into a control token."""
+streamed text; any settings file; any request to the server, through every API it speaks. Nothing raises but a
+clear EdgespecError (a 4xx from the server), and nothing typed is lost or turned into a control token."""
 import tempfile
 from pathlib import Path
 
@@ -165,3 +165,46 @@ def test_common_prefix_is_the_plain_loops(a, b):
         n += 1
     assert common_prefix(a, b) == common_prefix(tuple(a), b) == n
     assert common_prefix(a, a + b) == len(a)
+
+
+# any request to the server --------------------------------------------------------------------------------------------
+ROUTES = {  # each route that reads a body, and a request it answers (small: every answer is a few tokens)
+    "/v1/chat/completions": {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3},
+    "/v1/completions": {"prompt": "hi", "max_tokens": 3},
+    "/v1/responses": {"input": "hi", "max_output_tokens": 3},
+    "/v1/messages": {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3},
+    "/v1/messages/count_tokens": {"messages": [{"role": "user", "content": "hi"}]},
+    "/api/chat": {"messages": [{"role": "user", "content": "hi"}], "options": {"num_predict": 3}, "stream": False},
+    "/api/generate": {"prompt": "hi", "options": {"num_predict": 3}, "stream": False},
+    "/completion": {"prompt": "hi", "n_predict": 3}, "/infill": {"input_prefix": "a", "n_predict": 3},
+    "/tokenize": {"content": "hi"}, "/detokenize": {"tokens": [1, 2]}, "/api/show": {"model": "target.gguf"}}
+FIELDS = ["messages", "prompt", "input", "content", "tokens", "model", "system", "suffix", "instructions", "stop",
+          "stop_sequences", "stream", "stream_options", "temperature", "top_p", "top_k", "min_p", "seed", "n",
+          "logprobs", "top_logprobs", "echo", "logit_bias", "tools", "tool_choice", "parallel_tool_calls",
+          "response_format", "text", "format", "output_config", "grammar", "json_schema", "options", "think", "raw",
+          "context", "images", "template", "speculative", "chat_template_kwargs", "reasoning_format", "include",
+          "previous_response_id", "store", "input_extra", "response_fields", "n_indent", "t_max_predict_ms",
+          "repeat_penalty", "presence_penalty", "ignore_eos", "with_pieces", "add_special"]
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 3) | st.floats(allow_nan=False, width=16) | st.text(max_size=6)
+    | st.sampled_from(["user", "assistant", "tool", "function", "json_object", "json_schema", "text", "auto", "none",
+                       "<|im_end|>", "hi"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.sampled_from(["role", "content", "type", "name", "text", "function", "parameters", "schema", "arguments",
+                         "num_predict", "mode", "draft_max", "id", "input", "x"]), inner, max_size=3),
+    max_leaves=8)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.sampled_from(sorted(ROUTES)), st.dictionaries(st.sampled_from(FIELDS), json_values, max_size=3))
+def test_any_request_is_answered_or_refused_with_a_4xx(server, route, changes):
+    """A request that answers, with any of its fields (any API's) set to anything: an answer, or a 4xx whose body
+    is its API's error, never a 500 or a dropped connection. Generation stays short: the token limits are left
+    as they are unless changed to a value of -3..3."""
+    body = {**ROUTES[route], **changes}
+    r = server.post(route, body)
+    assert r.status_code == 200 or 400 <= r.status_code < 500, (route, body, r.status_code, r.text[:300])
+    if r.status_code >= 400:
+        error = r.json()["error"]
+        message = error if isinstance(error, str) else error["message"]
+        assert message and "\n" not in message and "Traceback" not in message, (route, body, message)
