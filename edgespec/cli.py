@@ -197,13 +197,16 @@ def chat(system, chat_format, no_color, grammar_file, json_schema, json_object, 
 @click.option("--parallel", "-np", default=4, show_default=True, type=click.IntRange(1, 64),
               help="Sequences served at once (continuous batching); more requests wait in line.")
 @click.option("--api-key", envvar="EDGESPEC_API_KEY", help="Require Authorization: Bearer KEY.")
+@click.option("--alias", metavar="NAME", help="The model's name in /v1/models and Ollama's /api/tags (default: "
+                                              "its file's name).")
 @click.option("--allow-origin", "origins", multiple=True, metavar="ORIGIN",
               help="Let web pages from ORIGIN (e.g. http://localhost:3000; * for any) call the API from a browser "
                    "(CORS; repeatable). Default: none, so no web page you visit can read answers from it.")
-def serve(host, port, parallel, api_key, origins, **opts) -> None:
+def serve(host, port, parallel, api_key, alias, origins, **opts) -> None:
     """An OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, /v1/responses, /v1/models,
-    /health, /metrics), with Anthropic's /v1/messages (Claude Code) and llama-server's /infill (editors' fill in
-    the middle), /tokenize, /detokenize and /props.
+    /health, /metrics), with Anthropic's /v1/messages (Claude Code), Ollama's /api/chat, /api/generate and /api/tags
+    (Open WebUI, Continue, Zed), and llama-server's /completion, /infill (editors' fill in the middle), /tokenize,
+    /detokenize and /props.
 
     \b
     Each request may ask for "speculative": {"mode": "auto"|"off"|"draft"|"lookup"|"hybrid", "draft_max": K};
@@ -219,7 +222,9 @@ def serve(host, port, parallel, api_key, origins, **opts) -> None:
     if not api_key and not loopback(host):
         click.echo(f"edgespec: note: listening on {host} without --api-key: anyone who can reach this machine "
                    "can use the model", err=True)
-    state = ServerState(model_id=os.path.basename(model), defaults=sampling_of(opts), api_key=api_key,
+    if alias is not None and not alias.strip():
+        raise click.BadParameter("the model's name cannot be empty", param_hint="--alias")
+    state = ServerState(model_id=alias or os.path.basename(model), defaults=sampling_of(opts), api_key=api_key,
                         origins=tuple(origins))
 
     def load():

@@ -120,7 +120,7 @@ def _common(body, state) -> dict:
                          "options.num_predict")
     if n >= 0:
         out["max_tokens"] = n
-    out["stream"] = body.get("stream", True)  # (Ollama streams unless told not to)
+    out["stream"] = True if body.get("stream") is None else body["stream"]  # (Ollama streams unless told not to)
     fmt = body.get("format")
     if fmt == "json":
         out["response_format"] = {"type": "json_object"}

@@ -125,10 +125,13 @@ def test_terminal_session_with_slash_commands_colour_and_utf8(tiny_pair, tmp_pat
     t.read_until(b"/help for commands")
     t.type(b"/help\r")
     t.read_until(b"/save FILE")
+    t.read_until(b"\n> ", after=b"/save FILE")
     t.type("tell me about Zürich ☃\r".encode())
-    t.read_until(b"\n> ")
+    t.read_until("Zürich ☃\r\n".encode())  # (its echo first: a prompt found before it would be the last one)
+    t.read_until(b"\n> ", after="Zürich ☃\r\n".encode())
     t.type(b"and then?\r")  # a second turn on the same caches
-    t.read_until(b"\n> ", after=b"and then?")
+    t.read_until(b"and then?\r\n")
+    t.read_until(b"\n> ", after=b"and then?\r\n")
     time.sleep(0.3)
     t.type(b"/stats\r")
     t.read_until(b"session: 2 replies")
@@ -156,8 +159,8 @@ def test_a_message_of_several_lines_on_a_terminal(tiny_pair, tmp_path):
     t.read_until(b"> ", after=b'""""""')  # (the empty message asks nothing: the prompt again)
     time.sleep(0.3)
     t.type(f"/save {tmp_path / 'c.json'}\r".encode())
-    t.read_until(b"saved 8 messages")
-    time.sleep(0.3)
+    t.read_until(b"\n> ", after=b"saved 8 messages")  # (Ctrl-D once the prompt is back, as a person would type it)
+    time.sleep(0.5)
     t.type(b"\x04")
     assert t.wait() == 0
     users = [m["content"] for m in json.loads((tmp_path / "c.json").read_text())["messages"] if m["role"] == "user"]

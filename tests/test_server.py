@@ -376,8 +376,9 @@ def test_browsers_may_call_only_from_the_origins_allowed(server, tiny_pair):
 
 
 def test_an_api_key_is_required_when_set(tiny_pair):
-    s = Server("-m", tiny_pair[0], "-c", "512", "--api-key", "sesame", "--threads", "2")
+    s = Server("-m", tiny_pair[0], "-c", "512", "--api-key", "sesame", "--threads", "2", "--alias", "tiny:1b")
     try:
+        assert [m.id for m in s.client(api_key="sesame").models.list()] == ["tiny:1b"]  # (--alias: its name)
         with pytest.raises(openai.AuthenticationError):
             s.client(api_key="wrong").models.list()
         assert s.client(api_key="sesame").completions.create(model="x", prompt="hi", max_tokens=2).choices
@@ -388,6 +389,12 @@ def test_an_api_key_is_required_when_set(tiny_pair):
         r = s.post("/v1/messages", body, headers={"x-api-key": "wrong"})
         assert r.status_code == 401 and r.json()["type"] == "error"
         assert r.json()["error"]["type"] == "authentication_error"
+        # Ollama's clients send the key as a Bearer token, and read {"error": ...}
+        r = httpx.get(s.url + "/api/tags", headers={"Authorization": "Bearer wrong"})
+        assert r.status_code == 401 and "API key" in r.json()["error"]
+        tags = httpx.get(s.url + "/api/tags", headers={"Authorization": "Bearer sesame"}).json()
+        assert tags["models"][0]["name"] == "tiny:1b"
+        assert httpx.get(s.url + "/api/version").status_code == 200  # (as /health: clients check it first)
     finally:
         assert s.stop() == 0
 
