@@ -199,10 +199,12 @@ def chat(system, chat_format, no_color, grammar_file, json_schema, json_object, 
 @click.option("--api-key", envvar="EDGESPEC_API_KEY", help="Require Authorization: Bearer KEY.")
 @click.option("--alias", metavar="NAME", help="The model's name in /v1/models and Ollama's /api/tags (default: "
                                               "its file's name).")
+@click.option("--no-request-log", "quiet", is_flag=True,
+              help="No line on stderr per request (by default each prints who asked, the status, and what it made).")
 @click.option("--allow-origin", "origins", multiple=True, metavar="ORIGIN",
               help="Let web pages from ORIGIN (e.g. http://localhost:3000; * for any) call the API from a browser "
                    "(CORS; repeatable). Default: none, so no web page you visit can read answers from it.")
-def serve(host, port, parallel, api_key, alias, origins, **opts) -> None:
+def serve(host, port, parallel, api_key, alias, quiet, origins, **opts) -> None:
     """An OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, /v1/responses, /v1/models,
     /health, /metrics), with Anthropic's /v1/messages (Claude Code), Ollama's /api/chat, /api/generate and /api/tags
     (Open WebUI, Continue, Zed), and llama-server's /completion, /infill (editors' fill in the middle), /tokenize,
@@ -225,7 +227,7 @@ def serve(host, port, parallel, api_key, alias, origins, **opts) -> None:
     if alias is not None and not alias.strip():
         raise click.BadParameter("the model's name cannot be empty", param_hint="--alias")
     state = ServerState(model_id=alias or os.path.basename(model), defaults=sampling_of(opts), api_key=api_key,
-                        origins=tuple(origins))
+                        origins=tuple(origins), log=not quiet)
 
     def load():
         return BatchEngine(model, draft, parallel=parallel, n_ctx=opts["ctx_size"], n_threads=opts["threads"],

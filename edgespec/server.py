@@ -30,6 +30,7 @@ from .batch import BatchEngine, Event, QueueFull
 from .errors import ContextOverflowError, EdgespecError
 from . import anthropic_api, llama_api, ollama_api, prometheus, responses_api
 from .openai_api import Answer, BadRequest, parse
+from .request_log import RequestLog, generation
 from .sampling import SamplingConfig
 
 
@@ -49,6 +50,7 @@ class ServerState:
     load_error: str | None = None
     created: int = field(default_factory=lambda: int(time.time()))
     responses: responses_api.Store = field(default_factory=responses_api.Store)  # for previous_response_id
+    log: bool = False  # a line on stderr per request (request_log.py)
 
 
 # each endpoint that generates: how its body is read, how its answer is written, the field that holds the prompt
@@ -107,7 +109,7 @@ def create_app(state: ServerState) -> Starlette:
             return error(str(e), 400)
         answer = render(state, req, how)
         if how["stream"]:
-            return StreamingResponse(_stream(answer, events, handle), media_type=answer.MEDIA,
+            return StreamingResponse(_stream(request, answer, events, handle), media_type=answer.MEDIA,
                                      headers={"Cache-Control": "no-cache"})
         finished = False
         try:
@@ -122,6 +124,7 @@ def create_app(state: ServerState) -> Starlette:
                 if ev.finish_reason is None:
                     continue
                 finished = True
+                request.state.generated = generation(len(req.prompt), ev.stats)
                 if ev.error:
                     return error(f"generation failed: {ev.error}", 500)
                 return JSONResponse(answer.body(ev))
@@ -129,7 +132,7 @@ def create_app(state: ServerState) -> Starlette:
             if not finished:
                 handle.cancel()
 
-    async def _stream(answer: Answer, events: asyncio.Queue, handle):
+    async def _stream(request, answer: Answer, events: asyncio.Queue, handle):
         done = False
         try:
             for frame in answer.frames(None):
@@ -141,10 +144,13 @@ def create_app(state: ServerState) -> Starlette:
                     yield frame
                 if ev.finish_reason is not None:
                     done = True
+                    request.state.generated = f"generation failed: {ev.error}" if ev.error else \
+                        generation(len(answer.req.prompt), ev.stats)
                     return
         finally:
             if not done:  # the client went away mid-stream: free its sequence at the next step
                 handle.cancel()
+                request.state.generated = f"the client left the stream after {answer.n_out} tokens"
 
     def _auth(request: HttpRequest) -> Response | None:
         if state.api_key and request.headers.get("authorization") != f"Bearer {state.api_key}" \
@@ -276,23 +282,23 @@ def create_app(state: ServerState) -> Starlette:
     # page a user visits cannot drive the model on localhost unless they said so.
     middleware = [Middleware(CORSMiddleware, allow_origins=list(state.origins), allow_methods=["GET", "POST", "DELETE"],
                              allow_headers=["*"], max_age=600)] if state.origins else []
+    if state.log:
+        middleware.insert(0, Middleware(RequestLog))
     return Starlette(routes=routes, middleware=middleware,
                      exception_handlers={404: _not_found, 405: _not_allowed, 500: _server_error})
 
 
-def anthropic_errors(response: Response) -> Response:
-    """An error answered to Anthropic's API in its shape; anything else as it is."""
-    if response.status_code < 400 or not isinstance(response, JSONResponse):
-        return response
-    return JSONResponse(anthropic_api.error_body(json.loads(response.body), response.status_code),
-                        response.status_code)
+def reshaped(error_body):
+    """An answer whose error comes in another API's shape: error_body(OpenAI-style body, status) -> its body."""
+    def answer(response: Response) -> Response:
+        if response.status_code < 400 or not isinstance(response, JSONResponse):
+            return response
+        return JSONResponse(error_body(json.loads(response.body), response.status_code), response.status_code)
+    return answer
 
 
-def ollama_errors(response: Response) -> Response:
-    """An error answered to Ollama's API in its shape, {"error": "..."}; anything else as it is."""
-    if response.status_code < 400 or not isinstance(response, JSONResponse):
-        return response
-    return JSONResponse({"error": json.loads(response.body)["error"]["message"]}, response.status_code)
+anthropic_errors = reshaped(anthropic_api.error_body)
+ollama_errors = reshaped(lambda body, status: {"error": body["error"]["message"]})  # Ollama's: {"error": "..."}
 
 
 async def _not_found(request, exc):

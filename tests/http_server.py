@@ -5,6 +5,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import httpx
@@ -21,8 +22,10 @@ class Server:
     def __init__(self, *args, env=None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        # (its stderr, a line per request, to a file: a pipe nobody reads would fill and stop the server)
+        self.stderr = tempfile.TemporaryFile()
         self.proc = subprocess.Popen([sys.executable, "-m", "edgespec", "serve", "--port", str(self.port), *map(str, args)],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.stderr,
                                      env={**os.environ, "EDGESPEC_CONFIG": "", **(env or {})})
         end = time.time() + 60
         while time.time() < end:
@@ -32,9 +35,14 @@ class Server:
             except httpx.HTTPError:
                 pass
             if self.proc.poll() is not None:
-                raise AssertionError(f"the server exited: {self.proc.stderr.read().decode()}")
+                raise AssertionError(f"the server exited: {self.log()}")
             time.sleep(0.1)
         raise AssertionError("the server did not come up in 60 s")
+
+    def log(self) -> str:
+        """What the server has written on stderr so far."""
+        self.stderr.seek(0)
+        return self.stderr.read().decode("utf-8", "replace")
 
     def client(self, **kw) -> openai.OpenAI:
         return openai.OpenAI(base_url=self.url + "/v1", api_key=kw.pop("api_key", "none"), max_retries=0,

@@ -1,6 +1,7 @@
 """`edgespec serve` as clients meet it: a real server process on a free loopback port, driven with the official
 `openai` client and with raw HTTP. Every request loop here is bounded in count and time."""
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -331,6 +332,29 @@ def test_llama_servers_completion_and_paths_without_v1(server):
         assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
 
 
+def test_each_request_is_a_line_on_stderr(server):
+    """As llama-server and Ollama log theirs: who asked for what, the status and time, and what the generation made
+    (or why it was refused); health checks and metrics scrapes are not logged."""
+    chat = {"messages": [{"role": "user", "content": "a line of log"}], "max_tokens": 5, "temperature": 0,
+            "speculative": {"mode": "draft", "draft_max": 4}}
+    assert server.post("/v1/chat/completions", chat).status_code == 200
+    assert server.post("/v1/chat/completions", {**chat, "stream": True}).status_code == 200
+    assert server.post("/v1/chat/completions", {"messages": "x"}).status_code == 400
+    httpx.get(server.url + "/health")
+    end = time.time() + 10
+    while time.time() < end and "POST /v1/chat/completions 400" not in server.log():
+        time.sleep(0.1)
+    lines = server.log().splitlines()
+    done = [line for line in lines if "POST /v1/chat/completions 200" in line][-2:]
+    assert len(done) == 2
+    for line in done:
+        assert re.fullmatch(r"edgespec: 127\.0\.0\.1 POST /v1/chat/completions 200 in \d+\.\d\d s: \d+ prompt tokens"
+                            r"( \(\d+ cached\))?, 5 generated at [\d.]+ tok/s, \d+ of \d+ drafted accepted", line), line
+    refused = [line for line in lines if "POST /v1/chat/completions 400" in line][-1]
+    assert refused.endswith(": 'messages' must be a non-empty list of {role, content} objects")
+    assert not any("/health" in line or "/metrics" in line for line in lines)
+
+
 def test_unknown_fields_are_ignored_and_unknown_routes_are_json(server):
     r = server.post("/v1/completions", {"prompt": "hi", "max_tokens": 2, "frequency_penalty_x": 1, "user": "u"})
     assert r.status_code == 200
@@ -376,7 +400,8 @@ def test_browsers_may_call_only_from_the_origins_allowed(server, tiny_pair):
 
 
 def test_an_api_key_is_required_when_set(tiny_pair):
-    s = Server("-m", tiny_pair[0], "-c", "512", "--api-key", "sesame", "--threads", "2", "--alias", "tiny:1b")
+    s = Server("-m", tiny_pair[0], "-c", "512", "--api-key", "sesame", "--threads", "2", "--alias", "tiny:1b",
+               "--no-request-log")
     try:
         assert [m.id for m in s.client(api_key="sesame").models.list()] == ["tiny:1b"]  # (--alias: its name)
         with pytest.raises(openai.AuthenticationError):
@@ -395,6 +420,7 @@ def test_an_api_key_is_required_when_set(tiny_pair):
         tags = httpx.get(s.url + "/api/tags", headers={"Authorization": "Bearer sesame"}).json()
         assert tags["models"][0]["name"] == "tiny:1b"
         assert httpx.get(s.url + "/api/version").status_code == 200  # (as /health: clients check it first)
+        assert " POST " not in s.log() and " GET " not in s.log()  # (--no-request-log)
     finally:
         assert s.stop() == 0
 
