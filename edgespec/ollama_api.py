@@ -248,9 +248,8 @@ class OllamaAnswer(TypedAnswer):
         self._emit("", **self._piece(calls=[call]))
 
     def _end(self, last: Event) -> None:
-        whole = self._piece(self.content, self.thought, self.tool_calls, self.entries)
-        if not self.how["stream"]:
-            self.final = self._done(whole, last)
+        if not self.how["stream"]:  # (a stream's last line is _done of an empty piece: the text came before it)
+            self.final = self._done(self._piece(self.content, self.thought, self.tool_calls, self.entries), last)
 
     def _done(self, piece: dict, last: Event) -> dict:
         prompt_s = last.stats.prompt_s if last.stats else 0.0
