@@ -38,16 +38,19 @@ class BatchEngine:
                  n_threads: int | None = None, n_gpu_layers: int = 0, draft_n_gpu_layers: int | None = None,
                  draft_n_threads: int | None = None, lookup: bool = False, draft_max: int = 8,
                  max_queue: int | None = None, rpc: Sequence[str] = (), draft_rpc: Sequence[str] = (),
-                 tensor_split: Sequence[float] = (), output_here: bool = False) -> None:
+                 tensor_split: Sequence[float] = (), output_here: bool = False,
+                 kv_cache: str | Sequence[str] = "f16") -> None:
         if parallel < 1:
             raise InvalidArgument(f"parallel must be at least 1, got {parallel}")
-        self.model = Model(target, n_gpu_layers, rpc=rpc, tensor_split=tensor_split, output_here=output_here)
+        self.model = Model(target, n_gpu_layers, rpc=rpc, tensor_split=tensor_split, output_here=output_here,
+                           kv_cache=kv_cache)
         self.parallel, self.draft_max = parallel, draft_max
         n_batch = max(512, parallel * (draft_max + 1))
         self.target = SeqContext(self.model, n_ctx, parallel, n_threads, n_batch)
         self.draft: SeqContext | None = None
         if draft is not None:
-            dm = Model(draft, n_gpu_layers if draft_n_gpu_layers is None else draft_n_gpu_layers, rpc=draft_rpc)
+            dm = Model(draft, n_gpu_layers if draft_n_gpu_layers is None else draft_n_gpu_layers, rpc=draft_rpc,
+                       kv_cache=kv_cache)
             check_pair(VocabInfo.of(self.model), VocabInfo.of(dm))
             self.draft = SeqContext(dm, n_ctx, parallel, draft_n_threads or n_threads, n_batch)
         if self.model.is_recurrent:

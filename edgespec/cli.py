@@ -11,7 +11,7 @@ import click
 from . import __version__, default_model
 from .errors import Terminated
 from .options import (ENGINE_PARAMS, chosen, note_context, note_gpu_layers, text_arg, chat_template, choose_models,
-                      constraint_of, constraint_options, engine_options, load_engine, sampling_of)
+                      constraint_of, constraint_options, engine_options, kv_cache_of, load_engine, sampling_of)
 
 EXAMPLES = """
 \b
@@ -234,7 +234,7 @@ def serve(host, port, parallel, api_key, alias, quiet, origins, **opts) -> None:
                            n_gpu_layers=opts["gpu_layers"], draft_n_gpu_layers=opts["draft_gpu_layers"],
                            draft_n_threads=opts["draft_threads"], lookup=lookup, draft_max=opts["draft_max"],
                            rpc=opts["rpc"], draft_rpc=opts["draft_rpc"], tensor_split=opts["tensor_split"],
-                           output_here=opts["output_here"])
+                           output_here=opts["output_here"], kv_cache=kv_cache_of(opts))
 
     ctx_chosen = chosen("ctx_size")  # (read here: ready() runs outside click's context)
 

@@ -95,17 +95,17 @@ class Engine:
         draft_max: int = DEFAULT_DRAFT_MAX,
         adaptive: bool = True,
         tree_width: int = 1, rpc: Sequence[str] = (), draft_rpc: Sequence[str] = (), tensor_split: Sequence[float] = (),
-        output_here: bool = False,
+        output_here: bool = False, kv_cache: str | Sequence[str] = "f16",
     ) -> "Engine":
-        """Load a target and its proposer: a draft model (checked against the target), prompt lookup
-        (lookup=True, no model), or both (the hybrid: lookup first, the draft fills the rest). Draft settings
-        left as None follow the target's. rpc: rpc-servers the target is split over (backend/rpc.py); output_here:
-        its output layer stays on this machine (backend.Model)."""
+        """Load a target and its proposer: a draft model (checked against the target), prompt lookup (lookup=True,
+        no model), or both (the hybrid: lookup first, the draft fills the rest). Draft settings left as None follow
+        the target's. rpc: rpc-servers the target is split over (backend/rpc.py); output_here: its output layer
+        stays on this machine; kv_cache: both caches' number type, "q8_0" say (backend.Model)."""
         target_ctx, proposer = loading.load(
             target, draft, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers, draft_n_ctx=draft_n_ctx,
             draft_n_gpu_layers=draft_n_gpu_layers, draft_n_threads=draft_n_threads, draft_p_min=draft_p_min,
             lookup=lookup, draft_max=draft_max, tree_width=tree_width, rpc=rpc, draft_rpc=draft_rpc,
-            tensor_split=tensor_split, output_here=output_here)
+            tensor_split=tensor_split, output_here=output_here, kv_cache=kv_cache)
         return cls(target_ctx, proposer, draft_max, adaptive, tree_width=tree_width)
 
     # prompts ----------------------------------------------------------------------------------------------

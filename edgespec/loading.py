@@ -14,8 +14,8 @@ from .proposers import DraftModelProposer, HybridProposer, PromptLookupProposer,
 def load(target: str | os.PathLike, draft: str | os.PathLike | None = None, *, n_ctx: int, n_threads: int | None,
          n_gpu_layers: int, draft_n_ctx: int | None, draft_n_gpu_layers: int | None, draft_n_threads: int | None,
          draft_p_min: float, lookup: bool, draft_max: int, tree_width: int, rpc: Sequence[str],
-         draft_rpc: Sequence[str], tensor_split: Sequence[float], output_here: bool = False
-         ) -> tuple[Context, Proposer | None]:
+         draft_rpc: Sequence[str], tensor_split: Sequence[float], output_here: bool = False,
+         kv_cache: str | Sequence[str] = "f16") -> tuple[Context, Proposer | None]:
     """The target's context and its proposer (None: plain decoding); settings as Engine.load takes them."""
     if n_ctx < 1:
         raise EdgespecError(f"context size must be at least 1, got {n_ctx}")
@@ -23,10 +23,11 @@ def load(target: str | os.PathLike, draft: str | os.PathLike | None = None, *, n
         raise EdgespecError(f"draft length must be >= 0, got {draft_max}")
     if tree_width < 1:
         raise EdgespecError(f"tree width must be >= 1, got {tree_width}")
-    tm = Model(target, n_gpu_layers, rpc=rpc, tensor_split=tensor_split, output_here=output_here)
+    tm = Model(target, n_gpu_layers, rpc=rpc, tensor_split=tensor_split, output_here=output_here, kv_cache=kv_cache)
     proposer = None
     if draft is not None:
-        dm = Model(draft, n_gpu_layers if draft_n_gpu_layers is None else draft_n_gpu_layers, rpc=draft_rpc)
+        dm = Model(draft, n_gpu_layers if draft_n_gpu_layers is None else draft_n_gpu_layers, rpc=draft_rpc,
+                   kv_cache=kv_cache)
         check_pair(VocabInfo.of(tm), VocabInfo.of(dm))
         proposer = DraftModelProposer(Context(dm, draft_n_ctx or n_ctx, draft_n_threads or n_threads,
                                               branches=min(tree_width, 2)), tm.n_vocab, p_min=draft_p_min)

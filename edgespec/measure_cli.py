@@ -7,7 +7,7 @@ import time
 
 import click
 
-from .options import RPC_OPTIONS, note_threads
+from .options import CACHE_OPTIONS, RPC_OPTIONS, kv_cache_of, note_threads
 
 MODEL_OPTIONS = [
     click.option("--model", "-m", metavar="GGUF", help="Target: a file, a preset, or REPO:FILE (default: the "
@@ -21,6 +21,7 @@ MODEL_OPTIONS = [
     click.option("--draft-max", "-k", default=8, show_default=True, type=click.IntRange(min=1),
                  help="Most tokens an adaptive mode drafts per round."),
     *RPC_OPTIONS,
+    *CACHE_OPTIONS,
     click.option("--verbose", is_flag=True, help="Show llama.cpp's own log."),
 ]
 
@@ -42,7 +43,7 @@ def _load(opts: dict, tree_width: int = 1):
                          n_gpu_layers=opts["gpu_layers"], draft_n_gpu_layers=opts["draft_gpu_layers"],
                          draft_max=opts["draft_max"], tree_width=tree_width, rpc=opts["rpc"],
                          draft_rpc=opts["draft_rpc"], tensor_split=opts["tensor_split"],
-                         output_here=opts["output_here"])
+                         output_here=opts["output_here"], kv_cache=kv_cache_of(opts))
     return engine, model, draft
 
 

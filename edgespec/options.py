@@ -95,6 +95,29 @@ RPC_OPTIONS = [
 ]
 
 
+def _kv_type(ctx, param, value):
+    from .backend.model import kv_types
+
+    try:
+        return kv_types(value)[0]
+    except InvalidArgument as e:
+        raise click.BadParameter(str(e)) from None
+
+
+CACHE_OPTIONS = [  # the KV caches' number type (llama.cpp's --cache-type-k/-v), for the target's and the draft's
+    _option("--cache-type-k", "-ctk", default="f16", show_default=True, callback=_kv_type, metavar="TYPE",
+            help="The KV caches' K type: f16, f32 or q8_0, which halves its memory (a longer context, more "
+                 "--parallel sequences)."),
+    _option("--cache-type-v", "-ctv", default="f16", show_default=True, callback=_kv_type, metavar="TYPE",
+            help="The KV caches' V type: f16, f32 or q8_0 (q8_0 needs flash attention, which llama.cpp turns on "
+                 "where it can)."),
+]
+
+
+def kv_cache_of(opts: dict) -> tuple[str, str]:
+    return opts["cache_type_k"], opts["cache_type_v"]
+
+
 ENGINE_OPTIONS = [
     _option("--model", "-m", metavar="GGUF", help="Target model. Default: the embedded SmolLM2-135M-Instruct."),
     _option("--draft", "-d", metavar="GGUF", help="Draft model (same vocabulary as the target)."),
@@ -143,6 +166,7 @@ ENGINE_OPTIONS = [
     _option("--draft-gpu-layers", "--n-gpu-layers-draft", "-ngld", type=int,
             help="Draft layers on the GPU (default: as --gpu-layers)."),
     *RPC_OPTIONS,
+    *CACHE_OPTIONS,
     _option("--verbose", is_flag=True, help="Show llama.cpp's own log."),
 ]
 
@@ -190,7 +214,7 @@ def load_engine(opts: dict):
                          draft_n_threads=opts["draft_threads"], draft_p_min=opts["draft_p_min"],
                          draft_max=opts["draft_max"], adaptive=not opts["fixed"], tree_width=opts["tree_width"],
                          rpc=opts["rpc"], draft_rpc=opts["draft_rpc"], tensor_split=opts["tensor_split"],
-                         output_here=opts["output_here"])
+                         output_here=opts["output_here"], kv_cache=kv_cache_of(opts))
     if default:
         click.echo(f"edgespec: using the default model, {default_model.NAME}, {engine.drafting}; for a bigger one "
                    "pass --model (a file, a preset from `edgespec models`, or REPO:FILE)", err=True)

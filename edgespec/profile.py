@@ -64,7 +64,8 @@ def usable_cpus(cpu_max: str = "/sys/fs/cgroup/cpu.max") -> int:
 
 
 def key(model_path: str, n_threads: int, n_gpu_layers: int, rpc: Sequence[str] = (),
-        tensor_split: Sequence[float] = (), output_here: bool = False) -> dict:
+        tensor_split: Sequence[float] = (), output_here: bool = False, kv_cache: Sequence[str] = ("f16", "f16")
+        ) -> dict:
     """Everything a timing depends on that can be named: the machine, the build, the file, the settings, and the
     rpc-servers a model is split over, in what proportions and whether its output layer stays here (a network in
     the decode: another curve)."""
@@ -81,13 +82,15 @@ def key(model_path: str, n_threads: int, n_gpu_layers: int, rpc: Sequence[str] =
         out["tensor_split"] = [float(x) for x in tensor_split]
     if rpc and output_here:
         out["output_here"] = True
+    if tuple(kv_cache) != ("f16", "f16"):  # (another cache: another curve; f16's keys stay as they were)
+        out["kv_cache"] = list(kv_cache)
     return out
 
 
 def key_of(model, n_threads: int) -> dict:
     """key() of a loaded backend.Model, wherever its layers are."""
     return key(model.path, n_threads, model.n_gpu_layers, model.rpc, model.tensor_split,
-               model.output_here)
+               model.output_here, model.kv_cache)
 
 
 def path_of(k: dict) -> Path:

@@ -253,7 +253,7 @@ class RecordedVocab:
         self.eog_ids = sorted(eog)
         self._eog = set(eog)
         self.n_gpu_layers, self.rpc, self.tensor_split, self.is_recurrent = 0, [], [], False
-        self.output_here = False
+        self.output_here, self.kv_cache = False, ("f16", "f16")
 
     def is_eog(self, token: int) -> bool:
         return token in self._eog

@@ -251,3 +251,45 @@ def test_a_draft_model_that_stood_aside_probes_at_the_next_text_not_by_reading_t
         r = e.generate(prompt, max_tokens=12)
         assert r.tokens == plain.tokens and r.stats.rounds[1].reason == "probe" and r.stats.rounds[1].n_drafted
         assert len(e.proposer.ctx.tokens) >= len(prompt)
+
+
+@pytest.mark.realmodel
+def test_a_q8_0_kv_cache_keeps_greedy_speculation_the_targets_own(smollm_f16):
+    """With both caches in q8_0 (--cache-type-k/-v, half the memory): speculative output, one sequence or a batch
+    of them, is plain decoding's with the same cache, or parts at a measured near-tie (SmolLM2 in F16, its Q4_1 file
+    drafting)."""
+    from edgespec import default_model
+    from edgespec.batch import BatchEngine, Request
+    from test_batch import serve_all
+    from test_real_models import PROMPTS as REAL
+
+    prompts = REAL[:6]
+    with edgespec.Engine.load(smollm_f16, draft=default_model.path(), n_ctx=1024, n_threads=2, kv_cache="q8_0",
+                              draft_max=4, adaptive=False) as e:
+        assert e.model.kv_cache == ("q8_0", "q8_0")
+        ties, plains = [], {}
+        for prompt in prompts:
+            tokens = e.tokenize(prompt, chat_format=True)
+            plains[prompt] = e.generate(tokens, max_tokens=40, speculative=False).tokens
+            spec = e.generate(tokens, max_tokens=40)
+            tie = assert_identical_or_near_tie(e.model, tokens, plains[prompt], spec.tokens, 4)
+            ties += [tie] if tie else []
+            assert spec.stats.n_accepted
+        batch = BatchEngine(str(smollm_f16), str(default_model.path()), parallel=4, n_ctx=1024, n_threads=2,
+                            draft_max=4, kv_cache=("q8_0", "q8_0"))
+        try:
+            reqs = [Request(e.tokenize(p, chat_format=True), max_tokens=40, mode="draft") for p in prompts]
+            for p, req, ev in zip(prompts, reqs, serve_all(batch, reqs)):
+                got = [x.token for x in ev[:-1]]
+                tie = assert_identical_or_near_tie(e.model, req.prompt, plains[p], got, 4)
+                ties += [tie] if tie else []
+        finally:
+            batch.close()
+    assert len(ties) <= 2, ties
+
+
+def test_a_kv_cache_type_it_cannot_keep_is_refused_in_words(tiny_pair):
+    with pytest.raises(edgespec.InvalidArgument, match="f16, f32, q8_0"):
+        edgespec.Engine.load(tiny_pair[0], kv_cache="q4_0")  # (coarser types part from plain at clear margins)
+    with pytest.raises(edgespec.InvalidArgument, match="multiple of 32 values; target.gguf's hold 16"):
+        edgespec.Engine.load(tiny_pair[0], kv_cache=("f16", "q8_0"))

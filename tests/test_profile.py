@@ -40,6 +40,9 @@ def test_a_loaded_models_key_names_where_its_layers_are(tiny_pair):
         assert profile.key_of(m, 2) == profile.key(str(tiny_pair[1]), 2, 0)
         m.rpc, m.tensor_split = ["127.0.0.1:50052"], [1.0, 3.0]  # as a model split over rpc-servers has them
         assert profile.key_of(m, 2) == profile.key(str(tiny_pair[1]), 2, 0, ["127.0.0.1:50052"], [1, 3])
+        m.rpc, m.tensor_split, m.kv_cache = [], [], ("q8_0", "q8_0")  # another KV cache: another curve
+        assert profile.key_of(m, 2) != profile.key(str(tiny_pair[1]), 2, 0)
+        assert profile.key_of(m, 2)["kv_cache"] == ["q8_0", "q8_0"]
         local, remote = (profile.proposer_name(profile.key(str(tiny_pair[1]), 2, 0, rpc)) for rpc in ([], ["h:1"]))
         assert local != remote  # a draft on an rpc-server has its own entry in the target's profile
     finally:

@@ -66,6 +66,7 @@ class Context(_Context):
         params.n_seq_max = self.branches = max(1, branches)
         params.kv_unified = self.branches > 1  # a cell may belong to several sequences only in a unified cache
         params.n_threads = params.n_threads_batch = threads
+        params.type_k, params.type_v = (getattr(ll, f"GGML_TYPE_{t.upper()}") for t in model.kv_cache)
         self._ptr = ll.llama_init_from_model(model._ptr, params)
         if not self._ptr:
             raise ModelLoadError(f"llama.cpp could not create a {n_ctx}-token context for {model.path}: {_last_error()}")

@@ -13,19 +13,37 @@ from ..errors import BackendError, EdgespecError, InvalidArgument, ModelLoadErro
 from . import llama, rpc as rpc_backend
 from .llama import _Freed, _Interruptible, _last_error, ll
 
+# llama.cpp's --cache-type-k/-v, those kept: each token's K and V are rounded to the type as they are written, and a
+# verify batch computes them a hair differently from one token at a time; q8_0's rounding seldom turns that into
+# another token (greedy output stays the target's, or parts at a measured near-tie), but q4_0's or q5_0's coarser
+# steps turned it into differences at clear margins (SmolLM2 F16, 2026-12-05), and lossless comes first.
+KV_TYPES = ("f16", "f32", "q8_0")
+
+
+def kv_types(kv_cache: str | Sequence[str]) -> tuple[str, str]:
+    """A KV cache's number types, (K, V), from one name for both or a pair; an unknown name is InvalidArgument."""
+    pair = (kv_cache, kv_cache) if isinstance(kv_cache, str) else tuple(kv_cache)
+    if len(pair) != 2 or any(t not in KV_TYPES for t in pair):
+        raise InvalidArgument(f"KV cache type {kv_cache!r}: use one of {', '.join(KV_TYPES)} (for K and V alike, or "
+                              f"a pair)")
+    return pair
+
+
 class Model(_Freed):
-    """A loaded GGUF model: weights and vocabulary, no KV cache."""
+    """A loaded GGUF model: weights and vocabulary, no KV cache (its contexts' caches take kv_cache's types)."""
 
     def __init__(self, path: str | os.PathLike, n_gpu_layers: int = 0, vocab_only: bool = False,
                  rpc: str | Sequence[str] = (), tensor_split: Sequence[float] = (), repack: bool = True,
-                 output_here: bool = False) -> None:
+                 output_here: bool = False, kv_cache: str | Sequence[str] = "f16") -> None:
         """rpc: endpoints of rpc-servers (rpc.py) whose devices take this model's offloaded layers before the local
         GPUs' (n_gpu_layers 0 then means all of them); without it, once a process uses servers, a model stays on
         this machine. tensor_split: the proportion of layers for each device, in that order. repack=False: the
         CPU's weights in the file's own layout (llama.cpp's --no-repack; what an rpc-server computes from, which
         gets the weights over the network as plain buffers), else repacked where llama.cpp has faster CPU kernels
         for the layout (Q4_0 and Q4_K among others, on AVX2 and ARM). output_here: with rpc, the output layer stays on
-        this machine (rpc.output_here), so a decode brings back each row's hidden state instead of its logits."""
+        this machine (rpc.output_here), so a decode brings back each row's hidden state instead of its logits.
+        kv_cache: the number type of its contexts' KV caches (kv_types; llama.cpp's --cache-type-k/-v): q8_0 halves
+        the f16 cache's memory; a quantized V cache needs flash attention, which llama.cpp turns on where it can."""
         self.path = os.fspath(path)
         self.n_gpu_layers = n_gpu_layers = -1 if rpc and n_gpu_layers == 0 else n_gpu_layers
         self.rpc = rpc_backend.parse(rpc) if rpc else []
@@ -34,6 +52,7 @@ class Model(_Freed):
             raise InvalidArgument("--output-here keeps a target's output layer here when its other layers are on "
                                   "rpc-servers: give --rpc too")
         self.output_here = bool(output_here)
+        self.kv_cache = kv_types(kv_cache)
         self._ptr = None
         if os.path.isdir(self.path):
             raise ModelLoadError(f"{self.path} is a directory, not a model file; name the .gguf file inside it")
@@ -83,6 +102,21 @@ class Model(_Freed):
         self._eog: list[int] | None = None
         self._attrs: list[int] | None = None
         self._control: frozenset[int] | None = None
+        if not vocab_only:
+            self._check_kv_cache()
+
+    def _check_kv_cache(self) -> None:
+        """A q8_0 cache rounds blocks of 32 values: a model whose attention heads hold another multiple is refused
+        here, in words, rather than by llama.cpp's context without a reason."""
+        arch = self.meta("general.architecture")
+        heads, embd = self.meta(f"{arch}.attention.head_count") or "", self.meta(f"{arch}.embedding_length") or ""
+        for kind, which, key in (("K", 0, "key_length"), ("V", 1, "value_length")):
+            size = self.meta(f"{arch}.attention.{key}") or (str(int(embd) // int(heads))
+                                                            if heads.isdigit() and embd.isdigit() and int(heads) else "")
+            if self.kv_cache[which] == "q8_0" and size.isdigit() and int(size) % 32:
+                self.close()
+                raise InvalidArgument(f"a q8_0 {kind} cache needs attention heads of a multiple of 32 values; "
+                                      f"{os.path.basename(self.path)}'s hold {size} (use f16)")
 
     def _open(self):
         """The vocabulary pointer, or a clear error once the model has been freed (never a dangling pointer)."""

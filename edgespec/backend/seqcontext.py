@@ -29,6 +29,7 @@ class SeqContext(_Context):
         params.kv_unified = False  # each sequence its own n_ctx cells
         params.n_batch = params.n_ubatch = n_batch
         params.n_threads = params.n_threads_batch = threads
+        params.type_k, params.type_v = (getattr(ll, f"GGML_TYPE_{t.upper()}") for t in model.kv_cache)
         self._ptr = ll.llama_init_from_model(model._ptr, params)
         if not self._ptr:
             raise ModelLoadError(f"llama.cpp could not create {n_seq} sequences of {n_ctx} tokens for {model.path}: "
