@@ -227,7 +227,7 @@ def serve(host, port, parallel, api_key, alias, quiet, origins, **opts) -> None:
     if alias is not None and not alias.strip():
         raise click.BadParameter("the model's name cannot be empty", param_hint="--alias")
     state = ServerState(model_id=alias or os.path.basename(model), defaults=sampling_of(opts), api_key=api_key,
-                        origins=tuple(origins), log=not quiet)
+                        origins=tuple(origins), log=None if quiet else lambda line: click.echo(line, err=True))
 
     def load():
         return BatchEngine(model, draft, parallel=parallel, n_ctx=opts["ctx_size"], n_threads=opts["threads"],

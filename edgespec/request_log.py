@@ -5,8 +5,8 @@ metrics scrapes are left out (a monitor polls them every few seconds)."""
 from __future__ import annotations
 
 import json
-import sys
 import time
+from typing import Callable
 
 QUIET_PATHS = ("/health", "/metrics")
 
@@ -34,11 +34,11 @@ def _reason(body: bytes) -> str:
 
 
 class RequestLog:
-    """ASGI middleware writing each request's line to `out` once its answer (a whole stream included) has gone. A
-    handler says what its generation made in `request.state.generated`."""
+    """ASGI middleware handing each request's line to `write` (the serve command's: stderr) once its answer, a whole
+    stream included, has gone. A handler says what its generation made in `request.state.generated`."""
 
-    def __init__(self, app, out=None) -> None:
-        self.app, self.out = app, out
+    def __init__(self, app, write: Callable[[str], None]) -> None:
+        self.app, self.write = app, write
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["path"] in QUIET_PATHS:
@@ -60,4 +60,4 @@ class RequestLog:
                 (scope.get("state") or {}).get("generated", "")
             line = f"edgespec: {client} {scope['method']} {scope['path']} {status[0]} in " \
                    f"{time.perf_counter() - start:.2f} s{': ' + what if what else ''}"
-            print(line, file=self.out or sys.stderr, flush=True)
+            self.write(line)

@@ -18,6 +18,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -50,7 +51,7 @@ class ServerState:
     load_error: str | None = None
     created: int = field(default_factory=lambda: int(time.time()))
     responses: responses_api.Store = field(default_factory=responses_api.Store)  # for previous_response_id
-    log: bool = False  # a line on stderr per request (request_log.py)
+    log: Callable[[str], None] | None = None  # where a line per request goes (request_log.py); None: nowhere
 
 
 # each endpoint that generates: how its body is read, how its answer is written, the field that holds the prompt
@@ -282,8 +283,8 @@ def create_app(state: ServerState) -> Starlette:
     # page a user visits cannot drive the model on localhost unless they said so.
     middleware = [Middleware(CORSMiddleware, allow_origins=list(state.origins), allow_methods=["GET", "POST", "DELETE"],
                              allow_headers=["*"], max_age=600)] if state.origins else []
-    if state.log:
-        middleware.insert(0, Middleware(RequestLog))
+    if state.log is not None:
+        middleware.insert(0, Middleware(RequestLog, write=state.log))
     return Starlette(routes=routes, middleware=middleware,
                      exception_handlers={404: _not_found, 405: _not_allowed, 500: _server_error})
 
