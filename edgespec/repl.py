@@ -6,6 +6,7 @@ fits, the oldest exchanges are dropped (the system prompt stays) and the rest is
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -16,18 +17,22 @@ import click
 
 from . import reasoning
 from .chat import Conversation
-from .errors import EdgespecError, Terminated
+from .errors import EdgespecError, InvalidArgument, Terminated
 from .stats import PHASES
 
 HELP = """commands:
   /stats         this turn and the whole session: speed, acceptance, who drafted, time split
   /reset         forget the conversation (the system prompt stays)
   /system TEXT   set the system prompt (no TEXT: remove it)
+  /set NAME VAL  a setting for the replies from now on: temperature, top_k, top_p, min_p, seed, repeat_penalty,
+                 repeat_last_n, presence_penalty, frequency_penalty, max_tokens (/set alone: them all)
   /save FILE     write the conversation as JSON      /load FILE   continue a saved one
   /help          this list                           /exit        leave (also Ctrl-D)
 Pasted text is one message. Typed over several lines: begin and end it with \"\"\", or end lines with \\.
 Ctrl-C stops a reply and keeps what was written."""
 FENCE = '"""'  # a message of several lines, as in Ollama
+SETTABLE = {"temperature": float, "top_k": int, "top_p": float, "min_p": float, "seed": int, "repeat_penalty": float,
+            "repeat_last_n": int, "presence_penalty": float, "frequency_penalty": float, "max_tokens": int}
 DRAFT_COLOR = "cyan"
 
 
@@ -168,6 +173,8 @@ class Repl:
             self.conv = Conversation(self.conv.system)
             self.saved = len(self.conv.turns)
             self.say("conversation cleared")
+        elif name == "/set":
+            self.setting(arg)
         elif name == "/system":
             self.conv.system = arg or None
             self.say(f"system prompt {'set' if arg else 'removed'}")
@@ -193,6 +200,36 @@ class Repl:
         else:
             self.say(f"unknown command {name}; /help lists them")
         return True
+
+    def setting(self, arg: str) -> None:
+        """/set NAME VALUE: a sampling setting (or max_tokens) for the replies from now on, checked as the command
+        line's; /set alone: what they are."""
+        if not arg:
+            now = {name: getattr(self.sampling, name) for name in SETTABLE if name != "max_tokens"}
+            now["max_tokens"] = self.max_tokens
+            self.say(", ".join(f"{name} {'random' if value is None else value}" for name, value in now.items()))
+            return
+        name, _, value = arg.partition(" ")
+        name, value = name.replace("-", "_"), value.strip()
+        if name not in SETTABLE:
+            self.say(f"unknown setting {name}; /set alone lists them")
+            return
+        try:
+            try:
+                number = SETTABLE[name](value)
+            except ValueError:
+                raise InvalidArgument(f"{value!r} is not {'an integer' if SETTABLE[name] is int else 'a number'}") \
+                    from None
+            if name == "max_tokens":
+                if number < 1:
+                    raise InvalidArgument("max_tokens must be at least 1")
+                self.max_tokens = number
+            else:
+                self.sampling = dataclasses.replace(self.sampling, **{name: number})
+        except InvalidArgument as e:
+            self.say(f"/set {name}: {e} (unchanged)")
+            return
+        self.say(f"{name} set to {value}")
 
     def prompt_tokens(self) -> list[int] | None:
         """The conversation in tokens, moving the oldest exchanges out of the model's window until it and a reply

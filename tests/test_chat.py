@@ -263,3 +263,24 @@ def test_a_system_prompt_from_the_settings_does_not_break_generate(tiny_pair, tm
     r = subprocess.run([sys.executable, "-m", "edgespec", "generate", "-m", str(tiny_pair[0]), "-p", "hi", "-n", "3",
                         "--system", "x"], capture_output=True, text=True, env=env, timeout=60)
     assert r.returncode == 2 and "--system needs --chat" in r.stderr
+
+
+def test_set_changes_the_replies_from_then_on_and_refuses_bad_values(tiny_pair, tmp_path):
+    """/set NAME VALUE, as Ollama's /set parameter: greedy from then on (the reply is the target's greedy text),
+    max_tokens obeyed; a bad name or value is a line that says so and changes nothing."""
+    import edgespec
+
+    save = tmp_path / "c.json"
+    script = "\n".join(["/set temperature 0", "/set max_tokens 7", "/set top_k lots", "/set top_p 3", "/set colour 1",
+                        "/set", "hello there", f"/save {save}"]) + "\n"
+    r = subprocess.run([sys.executable, "-m", "edgespec", "chat", "-m", str(tiny_pair[0]), "-c", "256"],
+                       input=script, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "/set top_k: 'lots' is not an integer (unchanged)" in r.stderr
+    assert "/set top_p: top_p must be in [0, 1], got 3.0 (unchanged)" in r.stderr
+    assert "unknown setting colour" in r.stderr
+    assert "temperature 0.0, top_k 40, top_p 0.95" in r.stderr and "max_tokens 7" in r.stderr
+    reply = json.loads(save.read_text())["messages"][-1]["content"]
+    with edgespec.Engine.load(tiny_pair[0], n_ctx=256, n_threads=2) as e:
+        want = e.generate(e.tokenize_chat([("user", "hello there")]), max_tokens=7, speculative=False)
+    assert reply == want.text
