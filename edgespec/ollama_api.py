@@ -316,15 +316,15 @@ def running(state) -> dict:
                         "context_length": state.engine.target.n_ctx}]}
 
 
-def named(body, state) -> bool:
-    """Whether a body names the served model (`model`, or the older `name`; Ollama's ":latest" tag allowed)."""
+def show(body, state) -> dict:
+    """/api/show of the served model (`model`, or the older `name`; Ollama's ":latest" tag allowed; another name is a
+    404): the chat template, the sampling a request that names none gets, what the model can do, and its metadata,
+    its context length as a sequence here holds it."""
     name = body.get("model", body.get("name")) if isinstance(body, dict) else None
-    return isinstance(name, str) and name.removesuffix(":latest") == state.model_id.removesuffix(":latest")
-
-
-def show(state) -> dict:
-    """/api/show: the chat template, the sampling a request that names none gets, what the model can do, and its
-    metadata, its context length as a sequence here holds it."""
+    if not isinstance(name, str):
+        raise BadRequest("'model' is required: the name /api/tags lists", "model")
+    if name.removesuffix(":latest") != state.model_id.removesuffix(":latest"):
+        raise BadRequest(f"model {name!r} not found; this server serves {state.model_id!r}", "model", status=404)
     engine, d = state.engine, state.defaults
     model = engine.model
     details = _details(model)

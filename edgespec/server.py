@@ -1,9 +1,10 @@
 """`edgespec serve`: the OpenAI HTTP API over the BatchEngine: routes, authentication, the hand-over of requests to
-the scheduler thread and of events back to the client, metrics, and the server's life from load to a clean stop.
-Each wire format has its own module: openai_api.py (chat and text completions), responses_api.py (OpenAI's
-Responses API), anthropic_api.py (Anthropic's Messages API), ollama_api.py (Ollama's /api), llama_api.py
-(llama-server's /infill, /tokenize, /detokenize and /props, which editors' plugins and UIs call). Every bad request is an OpenAI-style error body with a
-4xx (in Anthropic's and Ollama's shapes on their routes).
+the scheduler thread and of events back to the client, and the server's life from load to a clean stop. Each wire
+format has its own module: openai_api.py (chat and text completions), responses_api.py (OpenAI's Responses API),
+anthropic_api.py (Anthropic's Messages API), ollama_api.py (Ollama's /api), llama_api.py (llama-server's /completion,
+/infill, /tokenize, /detokenize and /props, which editors' plugins and UIs call); prometheus.py writes /metrics and
+request_log.py a line per request. Every bad request is an OpenAI-style error body with a 4xx (in Anthropic's and
+Ollama's shapes on their routes).
 
 Extensions beyond OpenAI's fields: `top_k`, `min_p`, `speculative: {"mode": "auto"|"off"|"draft"|"lookup"|"hybrid",
 "draft_max": K}`, and llama-server's `timings` in every response.
@@ -188,11 +189,10 @@ def create_app(state: ServerState) -> Starlette:
             body, refused = await read(request)
             if refused is not None:
                 return ollama_errors(refused)
-            if not ollama_api.named(body, state):
-                name = body.get("model", body.get("name")) if isinstance(body, dict) else None
-                return JSONResponse({"error": f"model {name!r} not found; this server serves {state.model_id!r}"},
-                                    404)
-            return JSONResponse(await asyncio.to_thread(ollama_api.show, state))
+            try:
+                return JSONResponse(await asyncio.to_thread(ollama_api.show, body, state))
+            except BadRequest as e:
+                return JSONResponse({"error": str(e)}, e.status)
         return JSONResponse((ollama_api.tags if request.url.path == "/api/tags" else ollama_api.running)(state))
 
     async def ollama_version(request):

@@ -250,6 +250,7 @@ def test_the_model_is_listed_and_described(server):
     with pytest.raises(ollama.ResponseError) as e:
         client.show("llama3.2")
     assert e.value.status_code == 404
+    assert server.post("/api/show", {}).status_code == 400  # (no name at all)
     assert client.ps().models[0].model == "target.gguf"
     version = httpx.get(server.url + "/api/version").json()["version"]
     assert tuple(map(int, version.split("."))) >= (0, 6, 4)
