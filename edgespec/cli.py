@@ -286,7 +286,8 @@ def check(target, draft) -> None:
             ("fill in middle", lambda m: "yes" if m.fim_ids else "no"),
             ("thinks aloud", lambda m: "yes (<think>)" if reasoning.markers(m) else "no"),
             # (from the metadata: a vocabulary-only load leaves llama.cpp's n_ctx_train at 0)
-            ("trained context", lambda m: m.meta(f"{m.meta('general.architecture')}.context_length") or "?")]
+            ("trained context", lambda m: m.meta(f"{m.meta('general.architecture')}.context_length") or "?"),
+            ("KV cache", _kv_row)]
     width = max(40, *(len(get(models[0])) + 2 for _, get in rows))
     click.echo(f"{'':<16}{'target':<{width}}draft")
     for label, get in rows:
@@ -295,6 +296,12 @@ def check(target, draft) -> None:
     if problem:
         _fail(f"cannot pair: {problem}")
     click.echo("ok: the draft can draft for the target")
+
+
+def _kv_row(model) -> str:
+    """What a token takes in a model's KV cache, as --cache-type-k/-v would have it."""
+    f16, q8 = model.kv_bytes_per_token(("f16", "f16")), model.kv_bytes_per_token(("q8_0", "q8_0"))
+    return "?" if f16 is None else f"{f16 / 1024:.1f} KiB a token (q8_0: {q8 / 1024:.1f})"
 
 
 @cli.command("models")

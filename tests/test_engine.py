@@ -288,6 +288,29 @@ def test_a_q8_0_kv_cache_keeps_greedy_speculation_the_targets_own(smollm_f16):
     assert len(ties) <= 2, ties
 
 
+def test_what_a_token_takes_in_the_kv_cache_is_told(tiny_pair):
+    """From the metadata: layers x KV heads x (K + V values) x each value's bytes; `edgespec check` shows it."""
+    import subprocess
+    import sys
+
+    import tiny_models
+    from edgespec.backend import Model
+
+    m = Model(tiny_pair[0], vocab_only=True)
+    try:
+        head = tiny_models.N_EMBD // tiny_models.N_HEAD
+        assert m.kv_shape() == (tiny_models.N_LAYER, tiny_models.N_HEAD_KV, head, head)
+        f16 = tiny_models.N_LAYER * tiny_models.N_HEAD_KV * 2 * head * 2
+        assert m.kv_bytes_per_token() == m.kv_bytes_per_token(("f16", "f16")) == f16
+        assert m.kv_bytes_per_token(("q8_0", "f32")) == round(f16 / 4 * 34 / 32 + f16)
+    finally:
+        m.close()
+    shown = subprocess.run([sys.executable, "-m", "edgespec", "check", str(tiny_pair[0]), str(tiny_pair[1])],
+                           capture_output=True, text=True, timeout=60).stdout
+    row = next(line for line in shown.splitlines() if line.startswith("KV cache"))
+    assert f"{f16 / 1024:.1f} KiB a token (q8_0: {f16 * 17 / 32 / 1024:.1f})" in row
+
+
 def test_a_kv_cache_type_it_cannot_keep_is_refused_in_words(tiny_pair):
     with pytest.raises(edgespec.InvalidArgument, match="f16, f32, q8_0"):
         edgespec.Engine.load(tiny_pair[0], kv_cache="q4_0")  # (coarser types part from plain at clear margins)

@@ -18,6 +18,7 @@ from .llama import _Freed, _Interruptible, _last_error, ll
 # another token (greedy output stays the target's, or parts at a measured near-tie), but q4_0's or q5_0's coarser
 # steps turned it into differences at clear margins (SmolLM2 F16, 2026-12-05), and lossless comes first.
 KV_TYPES = ("f16", "f32", "q8_0")
+KV_BYTES = {"f16": 2.0, "f32": 4.0, "q8_0": 34 / 32}  # a value's bytes in the cache (q8_0: 32 values, 2-byte scale)
 
 
 def kv_types(kv_cache: str | Sequence[str]) -> tuple[str, str]:
@@ -105,15 +106,35 @@ class Model(_Freed):
         if not vocab_only:
             self._check_kv_cache()
 
+    def kv_shape(self) -> tuple[int, int, int, int] | None:
+        """(layers, KV heads, K values and V values a head holds) of a token in the KV cache, from the metadata;
+        None where it does not say (per-layer head counts, say)."""
+        arch = self.meta("general.architecture")
+
+        def num(key: str) -> int | None:
+            value = self.meta(f"{arch}.{key}") or ""
+            return int(value) if value.isdigit() and int(value) > 0 else None
+
+        layers, heads, embd = num("block_count"), num("attention.head_count"), num("embedding_length")
+        k = num("attention.key_length") or (embd // heads if embd and heads else None)
+        v = num("attention.value_length") or k
+        kv_heads = num("attention.head_count_kv") or heads
+        return (layers, kv_heads, k, v) if layers and kv_heads and k and v else None
+
+    def kv_bytes_per_token(self, kv_cache: Sequence[str] | None = None) -> int | None:
+        """What a token takes in the KV cache of every layer, in bytes, with these types (default: its own)."""
+        shape, (tk, tv) = self.kv_shape(), kv_cache or self.kv_cache
+        if shape is None:
+            return None
+        layers, heads, k, v = shape
+        return round(layers * heads * (k * KV_BYTES[tk] + v * KV_BYTES[tv]))
+
     def _check_kv_cache(self) -> None:
         """A q8_0 cache rounds blocks of 32 values: a model whose attention heads hold another multiple is refused
         here, in words, rather than by llama.cpp's context without a reason."""
-        arch = self.meta("general.architecture")
-        heads, embd = self.meta(f"{arch}.attention.head_count") or "", self.meta(f"{arch}.embedding_length") or ""
-        for kind, which, key in (("K", 0, "key_length"), ("V", 1, "value_length")):
-            size = self.meta(f"{arch}.attention.{key}") or (str(int(embd) // int(heads))
-                                                            if heads.isdigit() and embd.isdigit() and int(heads) else "")
-            if self.kv_cache[which] == "q8_0" and size.isdigit() and int(size) % 32:
+        shape = self.kv_shape()
+        for kind, t, size in zip("KV", self.kv_cache, shape[2:] if shape else ()):
+            if t == "q8_0" and size % 32:
                 self.close()
                 raise InvalidArgument(f"a q8_0 {kind} cache needs attention heads of a multiple of 32 values; "
                                       f"{os.path.basename(self.path)}'s hold {size} (use f16)")
