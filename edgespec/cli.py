@@ -242,7 +242,8 @@ def serve(host, port, parallel, api_key, alias, quiet, origins, **opts) -> None:
         note_context(engine.target.n_ctx, opts["ctx_size"], engine.model.n_ctx_train if ctx_chosen else 0)
         note_gpu_layers(opts)
         click.echo(f"edgespec: serving {state.model_id} on http://{host}:{port}/v1 ({parallel} sequences; "
-                   f"speculation {engine.auto}); Ctrl-C stops", err=True)
+                   f"speculation {engine.auto}); Anthropic's and Ollama's clients: http://{host}:{port}; Ctrl-C stops",
+                   err=True)
 
     run_server(state, load, host, port, ready)
 
