@@ -44,7 +44,7 @@ def parse(body, state) -> tuple[Request, dict]:
         raise  # (the server's context_length_exceeded)
     except EdgespecError as e:
         raise BadRequest(str(e), "input_suffix", "unsupported_value") from None
-    return _request(body, state, tokens, cut)
+    return _request(body, state, tokens, cut, n_predict)
 
 
 def parse_native(body, state) -> tuple[Request, dict]:
@@ -55,7 +55,7 @@ def parse_native(body, state) -> tuple[Request, dict]:
         raise BadRequest("the request body must be a JSON object")
     if "prompt" not in body:
         raise BadRequest("'prompt' is required: a string or a list of token ids", "prompt")
-    return _request(body, state, body["prompt"], False)
+    return _request(body, state, body["prompt"], False, _n_predict(body))
 
 
 def _n_predict(body: dict) -> int:
@@ -65,10 +65,10 @@ def _n_predict(body: dict) -> int:
     return n_predict
 
 
-def _request(body: dict, state, prompt, cut: bool) -> tuple[Request, dict]:
-    """The Request for a prompt of llama-server's endpoints, with their own fields (n_predict, t_max_predict_ms,
-    n_indent, response_fields, logit_bias as pairs) and the rest read as /v1/completions reads them."""
-    n_predict = _n_predict(body)
+def _request(body: dict, state, prompt, cut: bool, n_predict: int) -> tuple[Request, dict]:
+    """The Request for a prompt of llama-server's endpoints, with their own fields (n_predict as _n_predict read it,
+    t_max_predict_ms, n_indent, response_fields, logit_bias as pairs) and the rest read as /v1/completions reads
+    them."""
     limit_ms = body.get("t_max_predict_ms", 0)
     if isinstance(limit_ms, bool) or not isinstance(limit_ms, (int, float)) or not 0 <= limit_ms < float("inf"):
         raise BadRequest("'t_max_predict_ms' must be a number of milliseconds >= 0 (0: no limit)", "t_max_predict_ms")

@@ -102,7 +102,7 @@ def test_the_ollama_client_reads_it(server):
 
 def test_generate_is_the_completion_it_means(server):
     client = _client(server)
-    for prompt in PROMPTS[3:6]:
+    for prompt in PROMPTS[3:6] + [PROMPTS[9]]:  # (PROMPTS[9] holds control-token names: text, unless raw)
         # the prompt as a user's turn in the chat template, after the system prompt
         want = _chat(server, [{"role": "system", "content": "Be terse."}, {"role": "user", "content": prompt}],
                      max_tokens=12)

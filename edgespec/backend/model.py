@@ -15,8 +15,8 @@ from .llama import _Freed, _Interruptible, _last_error, ll
 
 # llama.cpp's --cache-type-k/-v, those kept: each token's K and V are rounded to the type as they are written, and a
 # verify batch computes them a hair differently from one token at a time; q8_0's rounding seldom turns that into
-# another token (greedy output stays the target's, or parts at a measured near-tie), but q4_0's or q5_0's coarser
-# steps turned it into differences at clear margins (SmolLM2 F16, 2026-12-05), and lossless comes first.
+# another token (greedy output stays the target's, or parts at a measured near-tie), but q4_0's coarser steps turned
+# it into differences at clear margins (bench/kv_identity.py, bench/results/kv-identity.log), and lossless comes first.
 KV_TYPES = ("f16", "f32", "q8_0")
 KV_BYTES = {"f16": 2.0, "f32": 4.0, "q8_0": 34 / 32}  # a value's bytes in the cache (q8_0: 32 values, 2-byte scale)
 
