@@ -217,7 +217,7 @@ class BatchEngine:
                 keep = min(self.target.common_prefix(g.slot, g.seq), len(g.seq) - 1)
                 self.target.truncate(g.slot, keep)
                 g.pending = g.seq[keep:-1]  # seq[-1] is decoded by its first step, with the drafts
-                g.stats.n_prompt_evaluated = len(g.pending)
+                g.stats.n_prompt_evaluated = len(g.seq) - keep  # (that last one included, as Engine counts)
                 self.metrics["prompt_tokens"] += len(g.seq)
                 self._active.append((handle, g))
                 if handle.req.max_tokens <= 0:  # nothing to write (its first step would write a token regardless)

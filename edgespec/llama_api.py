@@ -135,7 +135,7 @@ class InfillAnswer(Answer):
     def body(self, last) -> dict:
         return _select(self._final(last), self.how["fields"])
 
-    def tail(self):
+    def tail(self, stats=None):
         return ()  # (llama-server's own stream ends with its stop chunk, no [DONE])
 
     def chunk(self, ev, first: bool = False, last=None) -> dict | None:

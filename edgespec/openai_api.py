@@ -215,8 +215,13 @@ def _tools(body: dict) -> Tools | None:
 
 
 # rendering --------------------------------------------------------------------------------------------------------
-def usage(req: Request, n_out: int) -> dict:
-    return {"prompt_tokens": len(req.prompt), "completion_tokens": n_out, "total_tokens": len(req.prompt) + n_out}
+def usage(req: Request, n_out: int, stats) -> dict:
+    """OpenAI's usage, with the prompt tokens found in the cache (a conversation's earlier turns, a shared system
+    prompt) as `prompt_tokens_details.cached_tokens`."""
+    n_in = len(req.prompt)
+    cached = max(0, n_in - stats.n_prompt_evaluated) if stats is not None else 0
+    return {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out,
+            "prompt_tokens_details": {"cached_tokens": cached}}
 
 
 def timings(stats) -> dict:
@@ -299,7 +304,7 @@ class Answer:
             choice["text"] = self.how["echo"] + text
         return {"id": self.id, "object": "chat.completion" if self.how["chat"] else "text_completion",
                 "created": self.created, "model": self.state.model_id, "choices": [choice],
-                "usage": usage(self.req, self.n_out), "timings": timings(last.stats)}
+                "usage": usage(self.req, self.n_out, last.stats), "timings": timings(last.stats)}
 
     def chunk(self, ev: Event | None, first: bool = False, last: Event | None = None) -> dict | None:
         """The SSE chunk for one event (None when it has nothing to show yet: text that may open a tool call)."""
@@ -354,14 +359,14 @@ class Answer:
         if ev.error:
             yield sse({"error": {"message": f"generation failed: {ev.error}", "type": "server_error"}})
         yield sse(self.chunk(None, last=ev))
-        yield from self.tail()
+        yield from self.tail(ev.stats)
 
-    def tail(self):
+    def tail(self, stats=None):
         """What an OpenAI stream ends with: the usage chunk when asked for, and [DONE]."""
         if self.how["include_usage"]:
             yield sse({"id": self.id, "object": "chat.completion.chunk" if self.how["chat"] else "text_completion",
                        "created": self.created, "model": self.state.model_id, "choices": [],
-                       "usage": usage(self.req, self.n_out)})
+                       "usage": usage(self.req, self.n_out, stats)})
         yield "data: [DONE]\n\n"
 
 

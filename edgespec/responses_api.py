@@ -309,8 +309,7 @@ class ResponsesAnswer(TypedAnswer):
                "top_p": s.top_p, "truncation": "disabled", "usage": None, "user": None, "metadata": how["metadata"]}
         if last is not None:
             n_in = len(self.req.prompt)
-            # (the prompt's last token is decoded with the first step, so it is never counted as evaluated)
-            cached = max(0, n_in - 1 - last.stats.n_prompt_evaluated) if last.stats else 0
+            cached = max(0, n_in - last.stats.n_prompt_evaluated) if last.stats else 0
             out["usage"] = {"input_tokens": n_in, "input_tokens_details": {"cached_tokens": cached},
                             "output_tokens": self.n_out, "output_tokens_details": {"reasoning_tokens": 0},
                             "total_tokens": n_in + self.n_out}

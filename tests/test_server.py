@@ -355,6 +355,25 @@ def test_each_request_is_a_line_on_stderr(server):
     assert not any("/health" in line or "/metrics" in line for line in lines)
 
 
+def test_usage_counts_the_prompt_tokens_found_in_the_cache(server):
+    """OpenAI's prompt_tokens_details.cached_tokens: none of a text never seen but the template's opening, all but
+    the last token (decoded again for its logits) of one asked again; the request log says the same."""
+    client = server.client()
+    messages = [{"role": "user", "content": f"what the cache holds, {time.time()}"}]
+    first = client.chat.completions.create(model="x", messages=messages, max_tokens=3, temperature=0)
+    n = first.usage.prompt_tokens
+    assert first.usage.prompt_tokens_details.cached_tokens < n - 8
+    again = client.chat.completions.create(model="x", messages=messages, max_tokens=3, temperature=0)
+    assert again.usage.prompt_tokens_details.cached_tokens == n - 1
+    streamed = list(client.chat.completions.create(model="x", messages=messages, max_tokens=3, temperature=0,
+                                                   stream=True, stream_options={"include_usage": True}))
+    assert streamed[-1].usage.prompt_tokens_details.cached_tokens == n - 1
+    end = time.time() + 10
+    while time.time() < end and server.log().count(f"{n} prompt tokens ({n - 1} cached)") < 2:
+        time.sleep(0.1)
+    assert server.log().count(f"{n} prompt tokens ({n - 1} cached)") == 2
+
+
 def test_unknown_fields_are_ignored_and_unknown_routes_are_json(server):
     r = server.post("/v1/completions", {"prompt": "hi", "max_tokens": 2, "frequency_penalty_x": 1, "user": "u"})
     assert r.status_code == 200
