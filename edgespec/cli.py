@@ -204,7 +204,9 @@ def chat(system, chat_format, no_color, grammar_file, json_schema, json_object, 
 @click.option("--allow-origin", "origins", multiple=True, metavar="ORIGIN",
               help="Let web pages from ORIGIN (e.g. http://localhost:3000; * for any) call the API from a browser "
                    "(CORS; repeatable). Default: none, so no web page you visit can read answers from it.")
-def serve(host, port, parallel, api_key, alias, quiet, origins, **opts) -> None:
+@click.option("--no-webui", "no_webui", is_flag=True,
+              help="No chat page at / for a browser (by default one is there: the conversation kept in the browser).")
+def serve(host, port, parallel, api_key, alias, quiet, origins, no_webui, **opts) -> None:
     """An OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, /v1/responses, /v1/models,
     /health, /metrics), with Anthropic's /v1/messages (Claude Code), Ollama's /api/chat, /api/generate and /api/tags
     (Open WebUI, Continue, Zed), and llama-server's /completion, /infill (editors' fill in the middle), /tokenize,
@@ -216,7 +218,8 @@ def serve(host, port, parallel, api_key, alias, quiet, origins, **opts) -> None:
     running requests get their final chunk, exit 0.
     """
     from .batch import BatchEngine
-    from .server import ServerState, loopback, serve as run_server
+    from .listening import loopback
+    from .server import ServerState, serve as run_server
 
     if opts["tree_width"] > 1:
         raise click.UsageError("--tree-width is for generate and chat; the server's batches verify chains")
@@ -227,7 +230,8 @@ def serve(host, port, parallel, api_key, alias, quiet, origins, **opts) -> None:
     if alias is not None and not alias.strip():
         raise click.BadParameter("the model's name cannot be empty", param_hint="--alias")
     state = ServerState(model_id=alias or os.path.basename(model), defaults=sampling_of(opts), api_key=api_key,
-                        origins=tuple(origins), log=None if quiet else lambda line: click.echo(line, err=True))
+                        origins=tuple(origins), log=None if quiet else lambda line: click.echo(line, err=True),
+                        webui=not no_webui)
 
     def load():
         return BatchEngine(model, draft, parallel=parallel, n_ctx=opts["ctx_size"], n_threads=opts["threads"],
@@ -242,8 +246,8 @@ def serve(host, port, parallel, api_key, alias, quiet, origins, **opts) -> None:
         note_context(engine.target.n_ctx, opts["ctx_size"], engine.model.n_ctx_train if ctx_chosen else 0)
         note_gpu_layers(opts)
         click.echo(f"edgespec: serving {state.model_id} on http://{host}:{port}/v1 ({parallel} sequences; "
-                   f"speculation {engine.auto}); Anthropic's and Ollama's clients: http://{host}:{port}; Ctrl-C stops",
-                   err=True)
+                   f"speculation {engine.auto}); Anthropic's and Ollama's clients: http://{host}:{port}"
+                   f"{'' if no_webui else f'; a chat page for a browser: http://{host}:{port}/'}; Ctrl-C stops", err=True)
 
     run_server(state, load, host, port, ready)
 

@@ -4,7 +4,7 @@ format has its own module: openai_api.py (chat and text completions), responses_
 anthropic_api.py (Anthropic's Messages API), ollama_api.py (Ollama's /api), llama_api.py (llama-server's /completion,
 /infill, /tokenize, /detokenize and /props, which editors' plugins and UIs call); prometheus.py writes /metrics and
 request_log.py a line per request. Every bad request is an OpenAI-style error body with a 4xx (in Anthropic's and
-Ollama's shapes on their routes).
+Ollama's shapes on their routes). A browser at / gets a chat page (webui.py).
 
 Extensions beyond OpenAI's fields: `top_k`, `min_p`, `speculative: {"mode": "auto"|"off"|"draft"|"lookup"|"hybrid",
 "draft_max": K}`, and llama-server's `timings` in every response.
@@ -12,10 +12,8 @@ Extensions beyond OpenAI's fields: `top_k`, `min_p`, `speculative: {"mode": "aut
 from __future__ import annotations
 
 import asyncio
-import errno
 import json
 import re
-import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -30,7 +28,8 @@ from starlette.routing import Route
 
 from .batch import BatchEngine, Event, QueueFull
 from .errors import ContextOverflowError, EdgespecError
-from . import anthropic_api, llama_api, ollama_api, prometheus, responses_api
+from .listening import listen
+from . import anthropic_api, llama_api, ollama_api, prometheus, responses_api, webui
 from .openai_api import Answer, BadRequest, parse
 from .request_log import RequestLog, generation
 from .sampling import SamplingConfig
@@ -53,6 +52,7 @@ class ServerState:
     created: int = field(default_factory=lambda: int(time.time()))
     responses: responses_api.Store = field(default_factory=responses_api.Store)  # for previous_response_id
     log: Callable[[str], None] | None = None  # where a line per request goes (request_log.py); None: nowhere
+    webui: bool = True  # the chat page at / for a browser (webui.py)
 
 
 # each endpoint that generates: how its body is read, how its answer is written, the field that holds the prompt
@@ -198,7 +198,9 @@ def create_app(state: ServerState) -> Starlette:
     async def ollama_version(request):
         return JSONResponse({"version": ollama_api.VERSION})
 
-    async def root(request):  # what Ollama's clients (and a browser) check first
+    async def root(request):  # what Ollama's clients check first; a browser gets the chat page (webui.py)
+        if state.webui and webui.wants_page(request):
+            return webui.page()
         return PlainTextResponse("edgespec is running: OpenAI's API at /v1, Anthropic's at /v1/messages, Ollama's at "
                                  "/api\n")
 
@@ -279,6 +281,8 @@ def create_app(state: ServerState) -> Starlette:
               Route("/api/version", ollama_version, methods=["GET"]), Route("/", root, methods=["GET"]),
               Route("/health", health, methods=["GET"]),
               Route("/metrics", metrics, methods=["GET"])]
+    if state.webui:
+        routes.append(Route("/chat.js", lambda request: webui.page("chat.js"), methods=["GET"]))
     # Browsers ask before a page calls another origin; answered only for the origins given (--allow-origin), so a web
     # page a user visits cannot drive the model on localhost unless they said so.
     middleware = [Middleware(CORSMiddleware, allow_origins=list(state.origins), allow_methods=["GET", "POST", "DELETE"],
@@ -320,31 +324,6 @@ async def _server_error(request, exc):
     return error(f"internal error: {type(exc).__name__}: {exc}", 500)
 
 
-def loopback(host: str) -> bool:
-    """Whether an address to listen on is reachable from this machine alone."""
-    return host in ("localhost", "::1") or host.startswith("127.")
-
-
-_LISTEN_HINTS = {errno.EADDRINUSE: "another program listens there; choose another --port",
-                 errno.EACCES: "ports under 1024 need root; choose another --port",
-                 errno.EADDRNOTAVAIL: "that address is not this machine's; see --host"}
-
-
-def _listen(host: str, port: int) -> socket.socket:
-    """The server's socket, bound before the model loads: a port in use, or a host that is not this machine's, is
-    one line and exit 1 at once (uvicorn would log its own line and exit 3, the model already loading)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as e:
-        sock.close()
-        hint = _LISTEN_HINTS.get(e.errno, "see --host and --port")
-        raise EdgespecError(f"cannot listen on {host}:{port}: {e.strerror or e} ({hint})") from None
-    return sock
-
-
 def _warm_grammar_vocab(engine: BatchEngine) -> None:
     try:
         engine.model.constraint_tokenizer()
@@ -365,7 +344,7 @@ def serve(state: ServerState, load, host: str, port: int, on_ready=None) -> None
                 self.force_exit = True
             self.should_exit = True  # not recorded as captured: a clean stop is exit 0
 
-    sock = _listen(host, port)
+    sock = listen(host, port)
     port = sock.getsockname()[1]  # (--port 0: the one the system chose)
     server = Server(uvicorn.Config(create_app(state), host=host, port=port, log_level="warning",
                                    timeout_graceful_shutdown=30))

@@ -5,4 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 EDGESPEC_RPC=1 scripts/setup.sh  # the tests also start rpc-servers (test_rpc.py)
+# serve's chat page is driven in jsdom where Node.js is here (tests/test_webui.py; skipped without it)
+if command -v npm > /dev/null && [ ! -d .venv/node/node_modules/jsdom ]; then
+  timeout 300 npm install --prefix .venv/node --no-audit --no-fund --silent jsdom@24.1.3 > /dev/null 2>&1 \
+    || echo "scripts/test.sh: note: could not install jsdom; the chat page's browser test is skipped" >&2
+fi
+export NODE_PATH=$PWD/.venv/node/node_modules${NODE_PATH:+:$NODE_PATH}
 exec .venv/bin/python -m pytest -ra "$@"

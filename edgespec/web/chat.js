@@ -1,0 +1,271 @@
+/* edgespec's chat page (`edgespec serve` answers a browser at / with it): a conversation with the served model over
+   /v1/chat/completions, streamed, each reply with its speed and how many drafted tokens the target accepted.
+   The conversation, the settings and a message not yet sent live in this browser's localStorage, so a reload, a
+   refused request or a stopped server loses nothing. What the model or the user wrote is shown as text
+   (textContent), never read as HTML. Everything above start() also runs in Node (tests/test_webui.py). */
+"use strict";
+
+const STORE = "edgespec-chat";
+const MODES = ["auto", "off", "draft", "lookup", "hybrid"];
+
+/* Server-sent events: the data of each complete event in `buffer`, and the rest (an event not ended yet). */
+function takeEvents(buffer) {
+  const parts = buffer.split(/\r?\n\r?\n/);
+  const rest = parts.pop();
+  const out = [];
+  for (const part of parts) {
+    const data = part.split(/\r?\n/).filter((l) => l.startsWith("data:")).map((l) => l.slice(5).replace(/^ /, ""));
+    if (data.length) out.push(data.join("\n"));
+  }
+  return [out, rest];
+}
+
+class RequestError extends Error {
+  constructor(message, status) {
+    super(message);
+    this.status = status;
+  }
+}
+
+/* The message of an error response: OpenAI's {"error": {"message": ...}}, or its text. */
+async function errorText(response) {
+  const text = await response.text();
+  try {
+    const e = JSON.parse(text).error;
+    return (e && (e.message || (typeof e === "string" && e))) || text;
+  } catch (_) {
+    return text || `HTTP ${response.status}`;
+  }
+}
+
+function headers(apiKey) {
+  const h = {"Content-Type": "application/json"};
+  if (apiKey) h.Authorization = `Bearer ${apiKey}`;
+  return h;
+}
+
+/* What the settings and the conversation ask of /v1/chat/completions (a reply's thinking is not sent back). */
+function requestBody(settings, messages) {
+  const body = {messages: []};
+  if ((settings.system || "").trim()) body.messages.push({role: "system", content: settings.system});
+  for (const m of messages) {
+    if (m.role === "user" || (m.role === "assistant" && m.content)) body.messages.push({role: m.role, content: m.content});
+  }
+  const temperature = String(settings.temperature ?? "").trim();
+  if (temperature !== "") body.temperature = Number(temperature);
+  const maxTokens = String(settings.max_tokens ?? "").trim();
+  if (maxTokens !== "") body.max_tokens = Number(maxTokens);
+  if (settings.mode && settings.mode !== "auto") body.speculative = {mode: settings.mode};
+  return body;
+}
+
+/* One chat completion, streamed: onDelta(content, reasoning) for each piece; resolves to how it ended
+   ({finish_reason, timings, usage, cut}: cut when the stream ended without its [DONE]). */
+async function streamChat(fetchFn, base, body, {apiKey = "", signal, onDelta}) {
+  const response = await fetchFn(`${base}/v1/chat/completions`, {
+    method: "POST", headers: headers(apiKey), signal,
+    body: JSON.stringify({...body, stream: true, stream_options: {include_usage: true}}),
+  });
+  if (!response.ok) throw new RequestError(await errorText(response), response.status);
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  const end = {finish_reason: null, timings: null, usage: null, cut: true};
+  let buffer = "";
+  for (;;) {
+    const {value, done} = await reader.read();
+    buffer += decoder.decode(value || new Uint8Array(), {stream: !done});
+    const [events, rest] = takeEvents(done ? `${buffer}\n\n` : buffer);
+    buffer = rest;
+    for (const data of events) {
+      if (data === "[DONE]") return {...end, cut: false};
+      const chunk = JSON.parse(data);
+      if (chunk.error) throw new RequestError(chunk.error.message || String(chunk.error), 500);
+      const choice = chunk.choices && chunk.choices[0];
+      if (choice) {
+        const d = choice.delta || {};
+        if (d.content || d.reasoning_content) onDelta(d.content || "", d.reasoning_content || "");
+        if (choice.finish_reason) end.finish_reason = choice.finish_reason;
+      }
+      if (chunk.timings) end.timings = chunk.timings;
+      if (chunk.usage) end.usage = chunk.usage;
+    }
+    if (done) return end;
+  }
+}
+
+/* A reply's line under it: tokens, speed, drafts accepted, prompt tokens found in the cache, why it ended early. */
+function statsLine(end) {
+  const t = end.timings || {};
+  const parts = [];
+  if (t.predicted_n != null) parts.push(`${t.predicted_n} tokens`);
+  if (t.predicted_per_second) parts.push(`${t.predicted_per_second.toFixed(1)} tok/s`);
+  if (t.draft_n) parts.push(`${t.draft_n_accepted} of ${t.draft_n} drafted tokens accepted`);
+  else if (t.predicted_n) parts.push("no drafts");
+  const u = end.usage;
+  if (u && u.prompt_tokens_details && u.prompt_tokens_details.cached_tokens) {
+    parts.push(`${u.prompt_tokens_details.cached_tokens} of ${u.prompt_tokens} prompt tokens cached`);
+  }
+  if (end.finish_reason === "length") parts.push("stopped at the token limit");
+  if (end.cut) parts.push("the stream ended early");
+  return parts.join(" · ");
+}
+
+/* The page: a conversation, a box to write in, settings; all kept in localStorage. */
+function start() {
+  const $ = (id) => document.getElementById(id);
+  const defaults = {system: "", temperature: "", max_tokens: "", mode: "auto", apiKey: ""};
+  let state = {messages: [], settings: {...defaults}, unsent: ""};
+  try {
+    const saved = JSON.parse(localStorage.getItem(STORE) || "null");
+    if (saved && Array.isArray(saved.messages)) state = {...state, ...saved, settings: {...defaults, ...saved.settings}};
+  } catch (_) { /* a store another version wrote, or none: start afresh */ }
+  let controller = null;
+
+  const save = () => {
+    try {
+      localStorage.setItem(STORE, JSON.stringify(state));
+    } catch (_) { /* full or refused: the page still works, unsaved */ }
+  };
+  const el = (tag, cls, text) => {
+    const e = document.createElement(tag);
+    if (cls) e.className = cls;
+    if (text) e.textContent = text;
+    return e;
+  };
+  const log = $("log"), input = $("input"), send = $("send"), notice = $("notice");
+  const nearBottom = () => log.scrollHeight - log.scrollTop - log.clientHeight < 80;
+
+  function view(m) {
+    const box = el("div", `msg ${m.role}`);
+    fill(box, m);
+    return box;
+  }
+  function fill(box, m) {  // (in place while a reply streams: an opened "thinking" stays open)
+    let thinking = box.querySelector(".thinking");
+    if (m.reasoning && !thinking) {
+      thinking = el("details", "thinking");
+      thinking.append(el("summary", "", "thinking"), el("div", "text"));
+      box.prepend(thinking);
+    }
+    if (thinking) thinking.lastChild.textContent = m.reasoning;
+    let text = box.querySelector(":scope > .text");
+    if (!text) box.append((text = el("div", "text")));
+    text.textContent = m.content;
+    for (const [cls, value] of [["error", m.error], ["stats", m.stats]]) {
+      if (value && !box.querySelector(`.${cls}`)) box.append(el("div", cls, value));
+    }
+  }
+  function render() {
+    log.replaceChildren(...state.messages.map(view));
+    if (!state.messages.length) log.append(el("div", "empty", "Write a message below; Enter sends it, Shift+Enter starts a new line."));
+    log.scrollTop = log.scrollHeight;
+  }
+  function say(text) {
+    notice.textContent = text;
+    notice.hidden = !text;
+  }
+  function busy(on) {
+    send.textContent = on ? "Stop" : "Send";
+    input.disabled = on;
+    if (!on) input.focus();
+  }
+
+  async function submit() {
+    if (controller) {
+      controller.abort();
+      return;
+    }
+    const text = input.value;
+    if (!text.trim()) return;
+    say("");
+    const user = {role: "user", content: text};
+    const reply = {role: "assistant", content: "", reasoning: ""};
+    const body = requestBody(state.settings, [...state.messages, user]);
+    state.messages.push(user, reply);
+    input.value = state.unsent = "";
+    save();
+    render();
+    const box = log.lastChild;
+    controller = new AbortController();
+    busy(true);
+    try {
+      const end = await streamChat(fetch, ".", body, {
+        apiKey: state.settings.apiKey, signal: controller.signal,
+        onDelta(content, reasoning) {
+          const follow = nearBottom();
+          reply.content += content;
+          reply.reasoning += reasoning;
+          fill(box, reply);
+          if (follow) log.scrollTop = log.scrollHeight;
+        },
+      });
+      reply.stats = statsLine(end);
+    } catch (e) {
+      const stopped = e.name === "AbortError";
+      if (!reply.content && !reply.reasoning) {
+        // nothing came: the message goes back to the box, to send again or change
+        state.messages.splice(state.messages.length - 2, 2);
+        input.value = state.unsent = text;
+        if (!stopped) say(e.status === 401 ? `${e.message} (set the server's key under Settings)` : e.message);
+      } else if (stopped) {
+        reply.stats = "stopped";
+      } else {
+        reply.error = e.message;
+      }
+    } finally {
+      controller = null;
+      save();
+      render();
+      busy(false);
+    }
+  }
+
+  // the settings: each field kept as it changes
+  const fields = {system: $("system"), temperature: $("temperature"), max_tokens: $("max_tokens"), mode: $("mode"),
+                  apiKey: $("apikey")};
+  for (const mode of MODES) $("mode").append(new Option(mode, mode));
+  for (const [name, field] of Object.entries(fields)) {
+    field.value = state.settings[name] ?? "";
+    field.addEventListener("input", () => {
+      state.settings[name] = field.value;
+      save();
+    });
+  }
+  input.value = state.unsent || "";
+  input.addEventListener("input", () => {
+    state.unsent = input.value;
+    save();
+  });
+  input.addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
+      e.preventDefault();
+      submit();
+    }
+  });
+  send.addEventListener("click", submit);
+  $("new").addEventListener("click", () => {
+    if (controller || !state.messages.length) return;
+    if (!confirm("Start a new chat? This conversation will be cleared.")) return;
+    state.messages = [];
+    save();
+    render();
+  });
+  render();
+  input.focus();
+  fetch("./v1/models", {headers: headers(state.settings.apiKey)})
+    .then((r) => (r.ok ? r.json() : null))
+    .then((models) => {
+      const name = models && models.data && models.data[0] && models.data[0].id;
+      if (name) {
+        $("model").textContent = name;
+        document.title = `${name} · edgespec`;
+      }
+    })
+    .catch(() => {});
+}
+
+if (typeof module !== "undefined" && module.exports) {
+  module.exports = {takeEvents, requestBody, streamChat, statsLine, RequestError};
+} else {
+  start();
+}

@@ -1,0 +1,96 @@
+/* The chat page driven as a user would, in jsdom (`npm install jsdom`, found through NODE_PATH): tests/test_webui.py
+   runs it against a server with the key "sesame" where jsdom is installed, and skips it elsewhere. Exits 1 with the
+   first expectation that failed. */
+const assert = require("assert");
+const {JSDOM, VirtualConsole} = require("jsdom");
+
+const base = process.argv[2];
+const pause = (ms) => new Promise((r) => setTimeout(r, ms));
+
+async function open(html, stored) {
+  const errors = [];
+  const console_ = new VirtualConsole();
+  console_.on("jsdomError", (e) => errors.push(e.message));
+  const dom = new JSDOM(html, {url: `${base}/`, runScripts: "dangerously", resources: "usable", virtualConsole: console_,
+    beforeParse(w) {
+      if (stored) w.localStorage.setItem("edgespec-chat", stored);
+      w.fetch = (url, options) => fetch(new URL(url, `${base}/`), options);  // (Node's, with its AbortController)
+      w.AbortController = AbortController;
+      w.TextDecoder = TextDecoder;
+      w.confirm = () => true;
+    }});
+  await new Promise((r) => dom.window.addEventListener("load", r));
+  await pause(300);
+  return {w: dom.window, d: dom.window.document, errors};
+}
+
+async function send(page, text) {
+  const {w, d} = page;
+  const input = d.getElementById("input");
+  input.value = text;
+  input.dispatchEvent(new w.Event("input"));
+  input.dispatchEvent(new w.KeyboardEvent("keydown", {key: "Enter"}));
+}
+
+async function settled(page) {
+  for (let i = 0; i < 300 && page.d.getElementById("send").textContent !== "Send"; i++) await pause(100);
+  assert.strictEqual(page.d.getElementById("send").textContent, "Send");
+}
+
+function set(page, id, value) {
+  const field = page.d.getElementById(id);
+  field.value = value;
+  field.dispatchEvent(new page.w.Event("input"));
+}
+
+const stored = (page) => JSON.parse(page.w.localStorage.getItem("edgespec-chat"));
+const messages = (page) => [...page.d.querySelectorAll(".msg")];
+
+(async () => {
+  const html = await (await fetch(`${base}/`, {headers: {Accept: "text/html"}})).text();
+  const page = await open(html);
+  // without the key: refused, the message back in the box, the reason shown
+  await send(page, "Hello <b>there</b> <|im_end|>");
+  await settled(page);
+  assert.strictEqual(messages(page).length, 0);
+  assert.strictEqual(page.d.getElementById("input").value, "Hello <b>there</b> <|im_end|>");
+  assert.match(page.d.getElementById("notice").textContent, /API key.*set the server's key under Settings/);
+  // with it: a streamed reply with its line of figures; the markup typed stays text
+  set(page, "apikey", "sesame");
+  set(page, "temperature", "0");
+  set(page, "max_tokens", "12");
+  await send(page, page.d.getElementById("input").value);
+  assert.strictEqual(page.d.getElementById("send").textContent, "Stop");
+  await settled(page);
+  const [user, reply] = messages(page);
+  assert.strictEqual(user.querySelector(".text").textContent, "Hello <b>there</b> <|im_end|>");
+  assert.strictEqual(user.querySelector("b"), null);
+  assert.ok(reply.querySelector(".text").textContent.length > 0);
+  assert.match(reply.querySelector(".stats").textContent, /^12 tokens · [\d.]+ tok\/s · /);
+  assert.ok(page.d.getElementById("notice").hidden);
+  assert.strictEqual(stored(page).messages.length, 2);
+  assert.strictEqual(stored(page).unsent, "");
+  // stopped mid-reply: what came is kept, marked stopped
+  set(page, "max_tokens", "400");
+  await send(page, "Tell me a long story about a cat.");
+  for (let i = 0; i < 100 && !messages(page)[3].querySelector(".text").textContent; i++) await pause(20);
+  page.d.getElementById("send").click();
+  await settled(page);
+  assert.strictEqual(messages(page).length, 4);
+  assert.strictEqual(messages(page)[3].querySelector(".stats").textContent, "stopped");
+  // half-typed text and the settings survive a reload; the conversation too, until "New chat"
+  set(page, "input", "not sent yet");
+  const again = await open(html, page.w.localStorage.getItem("edgespec-chat"));
+  assert.strictEqual(messages(again).length, 4);
+  assert.strictEqual(again.d.getElementById("input").value, "not sent yet");
+  assert.strictEqual(again.d.getElementById("apikey").value, "sesame");
+  assert.strictEqual(again.d.getElementById("model").textContent.length > 0, true);
+  again.d.getElementById("new").click();
+  assert.strictEqual(messages(again).length, 0);
+  assert.deepStrictEqual([...page.errors, ...again.errors], []);
+  console.log("ok");
+  process.exit(0);
+})().catch((e) => {
+  console.error(e.message);
+  process.exit(1);
+});
