@@ -66,6 +66,7 @@ const base = process.argv[3], key = "sesame";
   out.events = chat.takeEvents('data: {"a":1}\r\n\r\ndata: [DONE]\n\ndata: {"b"');
   out.body = chat.requestBody({system: " be brief ", temperature: "0", max_tokens: "12", mode: "draft"},
     [{role: "user", content: "hi"}, {role: "assistant", content: ""}, {role: "assistant", content: "yo", reasoning: "hm"}]);
+  out.pieces = [chat.pieces("Here:\n```python\ndef f():\n```\nDone."), chat.pieces("so\n```js\nlet x")];
   out.plain = chat.requestBody({system: "", temperature: "", max_tokens: "", mode: "auto"}, [{role: "user", content: "x"}]);
   let text = "";
   const body = {messages: [{role: "user", content: "Hello there"}], temperature: 0, max_tokens: 20};
@@ -102,6 +103,10 @@ def test_the_pages_script_streams_a_reply_as_the_api_answers_it(keyed, tmp_path)
     assert out["body"] == {"messages": [{"role": "system", "content": " be brief "}, {"role": "user", "content": "hi"},
                                         {"role": "assistant", "content": "yo"}],
                            "temperature": 0, "max_tokens": 12, "speculative": {"mode": "draft"}}
+    assert out["pieces"] == [  # (code between fences, one still open while a reply streams)
+        [{"code": False, "text": "Here:\n"}, {"code": True, "lang": "python", "text": "def f():"},
+         {"code": False, "text": "Done."}],
+        [{"code": False, "text": "so\n"}, {"code": True, "lang": "js", "text": "let x"}]]
     assert out["plain"] == {"messages": [{"role": "user", "content": "x"}]}  # (unset: the server's defaults)
     want = keyed.client(api_key="sesame").chat.completions.create(
         model="x", messages=[{"role": "user", "content": "Hello there"}], temperature=0, max_tokens=20)
@@ -128,7 +133,8 @@ def _jsdom() -> bool:
 def test_the_page_as_a_user_drives_it(keyed):
     """A refused send (no key) puts the message back with the reason; with the key a reply streams in with its
     figures and the markup typed stays text; Stop keeps what came; a reload keeps the conversation, the settings
-    and a message not sent; New chat clears it (tests/webui_dom.js)."""
+    and a message not sent, and shows a reply's fenced code as a code block (its text still text); New chat clears
+    it (tests/webui_dom.js)."""
     r = subprocess.run(["node", str(Path(__file__).parent / "webui_dom.js"), keyed.url], capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr + r.stdout

@@ -80,8 +80,15 @@ const messages = (page) => [...page.d.querySelectorAll(".msg")];
   assert.strictEqual(messages(page)[3].querySelector(".stats").textContent, "stopped");
   // half-typed text and the settings survive a reload; the conversation too, until "New chat"
   set(page, "input", "not sent yet");
-  const again = await open(html, page.w.localStorage.getItem("edgespec-chat"));
-  assert.strictEqual(messages(again).length, 4);
+  const kept = stored(page);
+  kept.messages.push({role: "user", content: "code?"},
+                     {role: "assistant", content: "Here:\n```python\nprint('<b>')\n```\nDone.", stats: "7 tokens"});
+  const again = await open(html, JSON.stringify(kept));
+  assert.strictEqual(messages(again).length, 6);
+  const code = messages(again)[5].querySelector("pre.code code");
+  assert.strictEqual(code.textContent, "print('<b>')");
+  assert.strictEqual(code.parentNode.dataset.lang, "python");
+  assert.strictEqual(messages(again)[5].querySelector(".text").textContent, "Here:\nprint('<b>')Done.");
   assert.strictEqual(again.d.getElementById("input").value, "not sent yet");
   assert.strictEqual(again.d.getElementById("apikey").value, "sesame");
   assert.strictEqual(again.d.getElementById("model").textContent.length > 0, true);

@@ -110,6 +110,22 @@ function statsLine(end) {
   return parts.join(" · ");
 }
 
+/* A reply's text in pieces: prose, and code between ``` fences (one not closed yet runs to the end), each shown
+   as text: [{code: false, text}, {code: true, lang, text}, ...]. */
+function pieces(text) {
+  const out = [];
+  const fence = /^```([^\n`]*)\n([\s\S]*?)(?:^```[ \t]*$\n?|(?![\s\S]))/gm;
+  let at = 0, m;
+  while ((m = fence.exec(text)) !== null) {
+    if (m.index > at) out.push({code: false, text: text.slice(at, m.index)});
+    out.push({code: true, lang: m[1].trim(), text: m[2].replace(/\n$/, "")});
+    at = fence.lastIndex;
+    if (m[0] === "") fence.lastIndex++;
+  }
+  if (at < text.length) out.push({code: false, text: text.slice(at)});
+  return out;
+}
+
 /* The page: a conversation, a box to write in, settings; all kept in localStorage. */
 function start() {
   const $ = (id) => document.getElementById(id);
@@ -150,7 +166,14 @@ function start() {
     if (thinking) thinking.lastChild.textContent = m.reasoning;
     let text = box.querySelector(":scope > .text");
     if (!text) box.append((text = el("div", "text")));
-    text.textContent = m.content;
+    if (m.role === "user") text.textContent = m.content;
+    else text.replaceChildren(...pieces(m.content).map((p) => {
+      if (!p.code) return document.createTextNode(p.text);
+      const pre = el("pre", "code");
+      pre.append(el("code", "", p.text));
+      if (p.lang) pre.dataset.lang = p.lang;
+      return pre;
+    }));
     for (const [cls, value] of [["error", m.error], ["stats", m.stats]]) {
       if (value && !box.querySelector(`.${cls}`)) box.append(el("div", cls, value));
     }
@@ -265,7 +288,7 @@ function start() {
 }
 
 if (typeof module !== "undefined" && module.exports) {
-  module.exports = {takeEvents, requestBody, streamChat, statsLine, RequestError};
+  module.exports = {takeEvents, requestBody, streamChat, statsLine, pieces, RequestError};
 } else {
   start();
 }
