@@ -7,14 +7,14 @@ const {JSDOM, VirtualConsole} = require("jsdom");
 const base = process.argv[2];
 const pause = (ms) => new Promise((r) => setTimeout(r, ms));
 
-async function open(html, stored) {
+async function open(html, stored, server = base) {
   const errors = [];
   const console_ = new VirtualConsole();
   console_.on("jsdomError", (e) => errors.push(e.message));
   const dom = new JSDOM(html, {url: `${base}/`, runScripts: "dangerously", resources: "usable", virtualConsole: console_,
     beforeParse(w) {
       if (stored) w.localStorage.setItem("edgespec-chat", stored);
-      w.fetch = (url, options) => fetch(new URL(url, `${base}/`), options);  // (Node's, with its AbortController)
+      w.fetch = (url, options) => fetch(new URL(url, `${server}/`), options);  // (Node's, with its AbortController)
       w.AbortController = AbortController;
       w.TextDecoder = TextDecoder;
       w.confirm = () => true;
@@ -92,6 +92,13 @@ const messages = (page) => [...page.d.querySelectorAll(".msg")];
   assert.strictEqual(again.d.getElementById("input").value, "not sent yet");
   assert.strictEqual(again.d.getElementById("apikey").value, "sesame");
   assert.strictEqual(again.d.getElementById("model").textContent.length > 0, true);
+  // a server gone: said so, the message back in the box
+  const gone = await open(html, null, "http://127.0.0.1:9");
+  await send(gone, "anyone there?");
+  await settled(gone);
+  assert.match(gone.d.getElementById("notice").textContent, /^cannot reach the server \(.*\); is edgespec serve running\?$/);
+  assert.strictEqual(gone.d.getElementById("input").value, "anyone there?");
+  assert.strictEqual(messages(gone).length, 0);
   again.d.getElementById("new").click();
   assert.strictEqual(messages(again).length, 0);
   assert.deepStrictEqual([...page.errors, ...again.errors], []);

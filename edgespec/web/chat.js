@@ -224,16 +224,23 @@ function start() {
       });
       reply.stats = statsLine(end);
     } catch (e) {
-      const stopped = e.name === "AbortError";
-      if (!reply.content && !reply.reasoning) {
+      const stopped = e.name === "AbortError", began = reply.content || reply.reasoning;
+      let reason = e.message;  // (the server's own words where it answered)
+      if (!(e instanceof RequestError)) {
+        reason = began ? `the connection to the server was lost (${e.message})`
+          : `cannot reach the server (${e.message}); is edgespec serve running?`;
+      } else if (e.status === 401) {
+        reason += " (set the server's key under Settings)";
+      }
+      if (!began) {
         // nothing came: the message goes back to the box, to send again or change
         state.messages.splice(state.messages.length - 2, 2);
         input.value = state.unsent = text;
-        if (!stopped) say(e.status === 401 ? `${e.message} (set the server's key under Settings)` : e.message);
+        if (!stopped) say(reason);
       } else if (stopped) {
         reply.stats = "stopped";
       } else {
-        reply.error = e.message;
+        reply.error = reason;
       }
     } finally {
       controller = null;
