@@ -488,7 +488,7 @@ def test_a_model_that_cannot_load_is_one_line_and_exit_1(tmp_path):
 
 
 def test_an_address_beyond_this_machine_without_a_key_is_noted():
-    from edgespec.server import loopback
+    from edgespec.listening import loopback
 
     assert all(loopback(h) for h in ("127.0.0.1", "127.0.0.2", "localhost", "::1"))
     assert not any(loopback(h) for h in ("0.0.0.0", "::", "", "192.168.1.5", "example.com"))

@@ -74,10 +74,13 @@ const messages = (page) => [...page.d.querySelectorAll(".msg")];
   set(page, "max_tokens", "400");
   await send(page, "Tell me a long story about a cat.");
   for (let i = 0; i < 100 && !messages(page)[3].querySelector(".text").textContent; i++) await pause(20);
+  await send(page, "written meanwhile");  // (Enter while a reply comes neither sends nor stops)
+  assert.strictEqual(page.d.getElementById("send").textContent, "Stop");
   page.d.getElementById("send").click();
   await settled(page);
   assert.strictEqual(messages(page).length, 4);
   assert.strictEqual(messages(page)[3].querySelector(".stats").textContent, "stopped");
+  assert.strictEqual(page.d.getElementById("input").value, "written meanwhile");
   // half-typed text and the settings survive a reload; the conversation too, until "New chat"
   set(page, "input", "not sent yet");
   const kept = stored(page);

@@ -187,9 +187,8 @@ function start() {
     notice.textContent = text;
     notice.hidden = !text;
   }
-  function busy(on) {
+  function busy(on) {  // (the box stays open meanwhile: the next message may be written while a reply comes)
     send.textContent = on ? "Stop" : "Send";
-    input.disabled = on;
     if (!on) input.focus();
   }
 
@@ -235,7 +234,7 @@ function start() {
       if (!began) {
         // nothing came: the message goes back to the box, to send again or change
         state.messages.splice(state.messages.length - 2, 2);
-        input.value = state.unsent = text;
+        input.value = state.unsent = input.value ? `${text}\n${input.value}` : text;
         if (!stopped) say(reason);
       } else if (stopped) {
         reply.stats = "stopped";
@@ -269,7 +268,7 @@ function start() {
   input.addEventListener("keydown", (e) => {
     if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
       e.preventDefault();
-      submit();
+      if (!controller) submit();  // (Stop is the button's alone)
     }
   });
   send.addEventListener("click", submit);
