@@ -121,6 +121,22 @@ def render(model: Model, messages: Sequence[Message], template: str | None = Non
     return "".join(out), spans
 
 
+def template_note(model: Model, template: str | None = None) -> str | None:
+    """Why the chat template (the model's, or the one given) will not be run as the Jinja it is, where it will not:
+    llama.cpp's built-in rendering of the family it looks like stands in for it (tokenize), which leaves out what the
+    template itself adds (a default system prompt, tools in its own words). None where it runs."""
+    tmpl = template or model.chat_template()
+    if not tmpl or ("{{" not in tmpl and "{%" not in tmpl):
+        return None
+    try:
+        _render_jinja(model, tmpl, [{"role": "user", "content": "hi"}], True)
+    except TemplateError as e:
+        return f"{e}; llama.cpp's built-in rendering of that template family is used instead"
+    except EdgespecError:
+        pass  # (the template refused this conversation on purpose: it runs)
+    return None
+
+
 def _walk(value, f):
     """`value` with f applied to every string in it (dicts, lists)."""
     if isinstance(value, str):

@@ -10,8 +10,9 @@ import click
 
 from . import __version__, default_model
 from .errors import Terminated
-from .options import (ENGINE_PARAMS, chosen, note_context, note_gpu_layers, text_arg, chat_template, choose_models,
-                      constraint_of, constraint_options, engine_options, kv_cache_of, load_engine, sampling_of)
+from .options import (ENGINE_PARAMS, chosen, note_context, note_gpu_layers, note_template, text_arg, chat_template,
+                      choose_models, constraint_of, constraint_options, engine_options, kv_cache_of, load_engine,
+                      sampling_of)
 
 EXAMPLES = """
 \b
@@ -129,6 +130,8 @@ def generate(prompt, use_chat, system, suffix, as_json, grammar_file, json_schem
     sampling = sampling_of(opts)
     constraint = constraint_of(grammar_file, json_schema, json_object)
     engine = load_engine(opts)
+    if use_chat:
+        note_template(engine.model)
     tokens = engine.tokenize(prompt, chat_format=use_chat, system=system, suffix=suffix)
     _run(engine, tokens, sampling, 256 if opts["max_tokens"] is None else opts["max_tokens"], opts["stop"], as_json,
          constraint)
@@ -185,6 +188,7 @@ def chat(system, chat_format, no_color, grammar_file, json_schema, json_object, 
     sampling = sampling_of(opts)
     constraint = constraint_of(grammar_file, json_schema, json_object)
     engine = load_engine(opts)
+    note_template(engine.model, template)
     color = not no_color and sys.stdout.isatty()
     Repl(engine, sampling, 1024 if opts["max_tokens"] is None else opts["max_tokens"], opts["stop"], system,
          template, color, constraint).run()
@@ -245,6 +249,7 @@ def serve(host, port, parallel, api_key, alias, quiet, origins, no_webui, **opts
     def ready(engine, port):
         note_context(engine.target.n_ctx, opts["ctx_size"], engine.model.n_ctx_train if ctx_chosen else 0)
         note_gpu_layers(opts)
+        note_template(engine.model)
         click.echo(f"edgespec: serving {state.model_id} on http://{host}:{port}/v1 ({parallel} sequences; "
                    f"speculation {engine.auto}); Anthropic's and Ollama's clients: http://{host}:{port}"
                    f"{'' if no_webui else f'; a chat page for a browser: http://{host}:{port}/'}; Ctrl-C stops", err=True)

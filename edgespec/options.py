@@ -243,6 +243,14 @@ def note_gpu_layers(opts: dict) -> None:
                    "build for CUDA or Metal", err=True)
 
 
+def note_template(model, template: str | None = None) -> None:
+    """A chat template this renderer cannot run falls back to llama.cpp's (chat.tokenize): said once, not silently."""
+    from .chat import template_note
+
+    if (note := template_note(model, template)) is not None:
+        click.echo(f"edgespec: note: {note}", err=True)
+
+
 def note_context(got: int, asked: int, trained: int = 0) -> None:
     """What llama.cpp made of --ctx-size: rounded up, or (trained: the model's, when the user chose the size) past
     what the model was trained on."""

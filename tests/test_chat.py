@@ -61,6 +61,19 @@ def test_save_and_load_read_a_tilde_as_the_home_folder(tiny_pair, tmp_path):
     assert [m["role"] for m in json.loads((tmp_path / "c.json").read_text())["messages"]] == ["user", "assistant"]
 
 
+def test_a_template_that_cannot_run_as_jinja_is_said_once(tiny_pair, tmp_path):
+    """llama.cpp's rendering of the family it looks like stands in (chat.tokenize): the chat says so, once; a template
+    that runs says nothing."""
+    template = tmp_path / "t.jinja"
+    template.write_text("{{ no_such_function() }}<|im_start|>{% for m in messages %}{{ m.content }}{% endfor %}")
+    for fmt, noted in ((str(template), True), ("chatml", False)):
+        r = subprocess.run([sys.executable, "-m", "edgespec", "chat", "-m", str(tiny_pair[0]), "-n", "3", "-t", "0",
+                            "--chat-format", fmt], input="hi\nagain\n", capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert r.stderr.count("llama.cpp's built-in rendering of that template family is used instead") == noted, \
+            r.stderr
+
+
 class Terminal:
     """A program on a pseudo-terminal: what a person at a terminal sees and types (Ctrl-C included)."""
 

@@ -281,3 +281,6 @@ def test_the_models_own_template_is_rendered_as_the_jinja_it_is(engine):
                     "{% if messages[0].role == 'system' %}{{ raise_exception('no system') }}{% endif %}")
     with pytest.raises(EdgespecError, match="cannot render the chat template"):
         chat.render(engine.model, [("user", "hi")], "{{ no_such_function() }}")
+    assert chat.template_note(engine.model, cannot_run).startswith("cannot render the chat template: ")
+    assert chat.template_note(engine.model, default_system) is None and chat.template_note(engine.model, "chatml") is None
+    assert chat.template_note(engine.model) is None  # (the model's own)
