@@ -48,6 +48,7 @@ class Link:
     branch: tuple | None = None  # a draft model's branch after one of them (Proposal.branch)
     stop: object = None  # a draft model's costs.ConfidenceStop this round (its confidence in each token it drafted)
     refused: tuple[int, float] | None = None  # greedy: the token its confidence refused after its n, and that confidence
+    asked: int = 0  # a round by cost whose first token fell under the draft's floor: the most it was asked to draft
 
 
 @dataclass
@@ -137,6 +138,7 @@ class Chain(ChainTrees, ChainHandOff):
         self._t0 = time.perf_counter()
         for link in self.links:
             link.tree = link.alternatives = link.branch = link.offered = link.stop = link.refused = None
+            link.asked = 0
         if cap <= 0:
             return EMPTY, "fixed"
         first = None  # a lone free proposer that can offer a tree does, where the output is not constrained
@@ -271,6 +273,11 @@ class Chain(ChainTrees, ChainHandOff):
             n = guide.allowed_prefix(prop.tokens)  # past that the target would reject them for certain
         link.start, link.key = len(r.tokens), prop.key
         link.n = n
+        if getattr(link.part, "p_min", 0.0) > 0 and decision.reason in ("cost", "explore", "warm-up", "probe"):
+            floored = not n and link.part.floored
+            policy.floored(floored, decision.reason == "warm-up")
+            if floored and most is not None and decision.reason in ("cost", "explore"):
+                link.asked = k  # behind a free lead, whose plan knows no floor: judged as the round it chose
         if link.stop is not None and n == len(prop.tokens):  # (a token the grammar cut is not the refused's)
             link.refused = getattr(link.part, "refused", None)
         if decision.reason == "free":  # verify what pays; learn from all of it (accepted())
@@ -314,22 +321,34 @@ class Chain(ChainTrees, ChainHandOff):
     def _expectation(self, n: int, reading: float) -> tuple[list[Link], float, float] | None:
         """A chain's round of n tokens where a part drafted at a cost: those parts, and what the cost model expects
         the round to take (verify, drafting, reading) and to yield (E[N]); None where nothing drafted at a cost."""
-        drafters = [x for x in self._used if x.n and not x.policy.free]
+        drafters, lengths = [x for x in self._used if x.n and not x.policy.free], {}
         if not drafters:
-            return None
-        verify = drafters[0].policy.cost.t_verify(n + 1)
-        drafting = [x.policy.cost.t_draft(x.n) for x in drafters]
+            # Behind a free lead, a draft model the plan chose whose first token then fell under its confidence
+            # floor (--draft-p-min, which the plan does not price; a draft model alone prices it: DraftLength.
+            # floor_rate): a round judged against the one the plan chose (its `asked` tokens). Left out, such
+            # rounds never counted against drafting, and the plan, trusting the acceptance of the tokens the draft
+            # did draft, chose it round after round (SmolLM2 over a 2 ms link with a floor of 0.5, replayed: the
+            # hybrid 0.66x of plain, 1.03x so). Refusals by the cost-priced ConfidenceStop are not counted: replayed,
+            # counting them too (here, or in the rate) cost 1-4% on code and math, where drafting pays.
+            drafters = [x for x in self._used if x.asked and not x.policy.free][:1]
+            if not drafters:
+                return None
+            lengths = {id(drafters[0]): drafters[0].asked}
+        verify = drafters[0].policy.cost.t_verify(n + sum(lengths.values()) + 1)
+        drafting = [x.policy.cost.t_draft(lengths.get(id(x), x.n)) for x in drafters]
         if verify is None or None in drafting:
             return None
         tokens, reach = 1.0, 1.0
-        for a in self._accept():
+        for a in self._accept(lengths):
             reach *= a
             tokens += reach
         return drafters, verify + sum(drafting) + reading, tokens
 
-    def _accept(self) -> list[float]:
-        """The chance each position of the round's chain passes, its earlier ones passed: each part's own estimate."""
-        return [a for x in self._used for a in x.policy.keyed(x.key).acceptances(x.n)]
+    def _accept(self, lengths: dict[int, int] | None = None) -> list[float]:
+        """The chance each position of the round's chain passes, its earlier ones passed: each part's own estimate
+        (lengths: a part's tokens as the plan asked for them, by id, in place of those it drafted)."""
+        lengths = lengths or {}
+        return [a for x in self._used for a in x.policy.keyed(x.key).acceptances(lengths.get(id(x), x.n))]
 
     def accepted(self, n: int, verified: Sequence[int] | None = None, path: Sequence[int] | None = None) -> None:
         """n tokens of the round's proposal passed: each part that proposed hears its own share. verified: the

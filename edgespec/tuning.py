@@ -64,6 +64,11 @@ class DraftLength(TreeShapes, Splits):
         self.explore_every = explore_every  # every n-th round drafts one more than the best K, to keep learning
         self._rounds = 0
         self.fallbacks = 0
+        # A confidence floor (--draft-p-min) ends a round at its first token when the draft's top probability is
+        # under it: a draft step for nothing, which the acceptance of the tokens drafted never shows. Its rate over
+        # the rounds that drafted (fading) enters the expected cost per token (_floored_cost).
+        self.floor_rate, self._floor_weight, self.floor_decay = 0.0, 0.0, 0.9
+        self._floored_warm_ups = 0
 
     @property
     def step_s(self) -> float | None:
@@ -175,7 +180,8 @@ class DraftLength(TreeShapes, Splits):
             return Decision(self.cost.best_k(k_max)[0], "probe")
         plain = self.cost.t_verify(1)
         k, per_token = self.cost.best_k(k_max)
-        if not plain or per_token is None or self.cost.n_observed < self.warm_up_rounds:
+        per_token = self._floored_cost(k, per_token)
+        if not plain or per_token is None or self.cost.n_observed + self._floored_warm_ups < self.warm_up_rounds:
             # First rounds draft probe_k tokens whatever the model says: they measure the draft's cost and the
             # acceptance past position 1, which the estimates need before they can be trusted. Once one of them
             # has timed the draft, though, a draft that could not pay even if every token passed (hopeless()) has
@@ -266,9 +272,36 @@ class DraftLength(TreeShapes, Splits):
         self._waited = min(self.max_wait, wait * 2 ** self._failed_probes)
         return self._waited
 
+    def floored(self, hit: bool, warm_up: bool = False) -> None:
+        """A round that drafted under a confidence floor: whether its first token fell under it (hit). A warm-up
+        or probe round so ended counts as one all the same: it learned what the floor leaves (else, drafting
+        nothing, it never ended: on the tiny pair with a floor of 0.9, replayed, 10 warm-up rounds a text, and
+        after a fallback a probe every round, each a draft step for nothing)."""
+        w = self.floor_decay * self._floor_weight
+        self.floor_rate = (w * self.floor_rate + hit) / (w + 1)
+        self._floor_weight = w + 1
+        self._floored_warm_ups += hit and warm_up
+        if hit and self._probe == "pending":  # (a probe so ended is one too: its verdict is the floor's)
+            self._probe_left -= 1
+            if self._probe_left <= 0:
+                self._probe = "done"
+
+    def _floored_cost(self, k: int, per_token: float | None) -> float | None:
+        """The expected cost per token of rounds of k with the floor's rate of rounds that end at their first
+        token, each a plain step and a draft step for one token."""
+        f, c = self.floor_rate, self.cost
+        if not f or per_token is None:
+            return per_token
+        whole, n, plain = c.round_cost(k), c.expected_tokens(k), c.t_verify(1)
+        step = self.step_s if self.step_s is not None else c.t_draft(1)
+        if None in (whole, plain, step):
+            return per_token
+        return ((1 - f) * whole + f * (plain + step)) / ((1 - f) * n + f)
+
     def _behind_by(self) -> float:
         """The best K's expected cost per token over a plain token's (for the length of a wait)."""
-        per_token, plain = self.cost.best_k(max(self.k_max, 1))[1], self.cost.t_verify(1)
+        k, per_token = self.cost.best_k(max(self.k_max, 1))
+        per_token, plain = self._floored_cost(k, per_token), self.cost.t_verify(1)
         return per_token * self.outcomes.optimism() / plain if per_token and plain else self.clearly_behind
 
     def standing_aside(self, adaptive: bool | None = None) -> bool:

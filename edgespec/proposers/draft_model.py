@@ -43,6 +43,7 @@ class DraftModelProposer:
         self.branch_s = 0.0  # of the last propose(), the seconds its branch added (an estimate)
         self.refused_s = 0.0  # of the last propose(), the decode whose token it did not keep (stop, p_min)
         self.refused: tuple[int, float] | None = None  # greedy: that token and the draft's confidence in it
+        self.floored = False  # of the last propose(): it ended at a token under p_min (a floor no cost model priced)
 
     def behind(self, seq: Sequence[int]) -> int:
         """Tokens of seq, before its last, that this model has not read: what a proposal from seq reads first."""
@@ -65,7 +66,7 @@ class DraftModelProposer:
         before each token whether to keep it and after it whether to draft one more, by the draft's confidence."""
         k = min(k, self.ctx.n_ctx - len(seq) + 1)  # seq plus k-1 drafted tokens must fit in the draft's cache
         self.branch_s = self.refused_s = 0.0
-        self.refused = None
+        self.refused, self.floored = None, False
         if k <= 0:
             return Proposal([])
         logits, last_s = self._read(seq)
@@ -141,7 +142,7 @@ class DraftModelProposer:
             tok = int(np.argmax(logits))
             top = _top_probability(logits) if self.p_min > 0 or branching or stop is not None else 1.0
             if top < self.p_min or (stop is not None and not stop.keep(i, top)):
-                self.refused = (tok, top)
+                self.refused, self.floored = (tok, top), top < self.p_min
                 return None
             if alts is not None:
                 second = logits.copy()
@@ -151,6 +152,7 @@ class DraftModelProposer:
         q = probabilities(logits, sampling)
         top = float(q.max())
         if top < self.p_min or (stop is not None and not stop.keep(i, top)):
+            self.floored = top < self.p_min
             return None
         tok = sample(q, rng)
         qs.append(self._fit(q))
