@@ -227,6 +227,15 @@ def serve(host, port, parallel, api_key, alias, quiet, origins, no_webui, **opts
 
     if opts["tree_width"] > 1:
         raise click.UsageError("--tree-width is for generate and chat; the server's batches verify chains")
+    from click.core import ParameterSource
+
+    for name, why in (("fixed", "the server's batches draft by measured cost; a request may ask for "
+                                "\"speculative\": {\"draft_max\": K}"),
+                      ("draft_p_min", "the server's batches draft by measured cost"),
+                      ("stop", "a request gives its own \"stop\""),
+                      ("draft_ctx_size", "the server's draft holds each sequence's context")):
+        if click.get_current_context().get_parameter_source(name) == ParameterSource.COMMANDLINE:
+            raise click.UsageError(f"--{name.replace('_', '-')} is for generate and chat ({why})")
     model, draft, lookup, _ = choose_models(opts)
     if not api_key and not loopback(host):
         click.echo(f"edgespec: note: listening on {host} without --api-key: anyone who can reach this machine "
@@ -235,7 +244,7 @@ def serve(host, port, parallel, api_key, alias, quiet, origins, no_webui, **opts
         raise click.BadParameter("the model's name cannot be empty", param_hint="--alias")
     state = ServerState(model_id=alias or os.path.basename(model), defaults=sampling_of(opts), api_key=api_key,
                         origins=tuple(origins), log=None if quiet else lambda line: click.echo(line, err=True),
-                        webui=not no_webui)
+                        webui=not no_webui, max_tokens=opts["max_tokens"])
 
     def load():
         return BatchEngine(model, draft, parallel=parallel, n_ctx=opts["ctx_size"], n_threads=opts["threads"],

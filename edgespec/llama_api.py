@@ -83,7 +83,8 @@ def _request(body: dict, state, prompt, cut: bool, n_predict: int) -> tuple[Requ
         rest["logit_bias"] = _bias_pairs(rest["logit_bias"])
     req, how = parse_completion({**rest, "prompt": prompt}, state, False)
     n_ctx = state.engine.target.n_ctx
-    req.max_tokens = n_predict if n_predict >= 0 else max(0, n_ctx - len(req.prompt))
+    req.max_tokens = n_predict if n_predict >= 0 else state.max_tokens if state.max_tokens is not None else \
+        max(0, n_ctx - len(req.prompt))  # (-1: the server's -n, else until the context is full)
     req.time_limit_s, req.min_indent = (limit_ms / 1000 if limit_ms else None), n_indent
     return req, {**how, "truncated": cut, "fields": fields}
 

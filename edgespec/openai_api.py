@@ -108,7 +108,8 @@ def parse(body, state: ServerState, is_chat: bool) -> tuple[Request, dict]:
         tokens, echo = _prompt(body, engine.model)
     d = state.defaults
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-    max_tokens = fields.number({"max_tokens": max_tokens}, "max_tokens", engine.target.n_ctx, 0, 10 ** 9, integer=True)
+    default = engine.target.n_ctx if state.max_tokens is None else state.max_tokens  # (serve -n)
+    max_tokens = fields.number({"max_tokens": max_tokens}, "max_tokens", default, 0, 10 ** 9, integer=True)
     seed = body.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise BadRequest("'seed' must be an integer", "seed")

@@ -126,7 +126,8 @@ ENGINE_OPTIONS = [
                       "With --draft: the hybrid, lookup first and the draft model for the rest."),
     _option("--no-spec", is_flag=True, help="Plain decoding with the target alone (the baseline)."),
     _option("--max-tokens", "-n", default=None, type=click.IntRange(min=0),
-                 help="Most tokens to generate (generate: 256; chat: 1024 per reply)."),
+                 help="Most tokens to generate (generate: 256; chat: 1024 per reply; serve: per request that "
+                      "sets no limit, default up to the context)."),
     _option("--temperature", "-t", default=0.8, show_default=True, type=Finite(min=0),
                  help="0 = greedy, identical to the target alone token for token."),
     _option("--top-k", default=40, show_default=True, type=click.IntRange(min=0), help="0 = off."),

@@ -53,6 +53,7 @@ class ServerState:
     responses: responses_api.Store = field(default_factory=responses_api.Store)  # for previous_response_id
     log: Callable[[str], None] | None = None  # where a line per request goes (request_log.py); None: nowhere
     webui: bool = True  # the chat page at / for a browser (webui.py)
+    max_tokens: int | None = None  # what a request that sets no limit may generate (serve -n); None: the context
 
 
 # each endpoint that generates: how its body is read, how its answer is written, the field that holds the prompt

@@ -92,6 +92,11 @@ def test_bad_option_value_is_a_usage_error(tiny_pair):
     for args in (["generate", "-p", "hi", "--tree-width", "5"], ["serve", "--tree-width", "2"]):
         r = run(*args, "-m", tiny_pair[0])
         assert r.returncode == 2 and "--tree-width" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    # generate's and chat's options the server has no use for: said, not ignored
+    for flag in (["--fixed"], ["--draft-p-min", "0.8"], ["--stop", "x"], ["--draft-ctx-size", "512"]):
+        r = run("serve", "-m", tiny_pair[0], *flag)
+        assert r.returncode == 2 and f"{flag[0]} is for generate and chat" in r.stderr and \
+            r.stderr.count("\n") == 1, r.stderr
 
 
 def test_generate_with_trees_equals_plain(tiny_pair):

@@ -374,6 +374,26 @@ def test_usage_counts_the_prompt_tokens_found_in_the_cache(server):
     assert server.log().count(f"{n} prompt tokens ({n - 1} cached)") == 2
 
 
+def test_serve_n_is_the_limit_of_a_request_that_sets_none(tiny_pair):
+    """llama-server's -n: each request that gives no max_tokens (or n_predict, num_predict) gets at most that many;
+    one that gives its own keeps it."""
+    from http_server import Server
+
+    s = Server("-m", tiny_pair[0], "-c", "512", "--threads", "2", "-n", "7", "--no-request-log")
+    try:
+        chat = {"messages": [{"role": "user", "content": "Tell me a long story"}], "temperature": 0,
+                "ignore_eos": True}
+        assert s.post("/v1/chat/completions", chat).json()["usage"]["completion_tokens"] == 7
+        assert s.post("/v1/chat/completions", {**chat, "max_tokens": 9}).json()["usage"]["completion_tokens"] == 9
+        r = s.post("/completion", {"prompt": "Once upon a time", "ignore_eos": True}).json()
+        assert r["timings"]["predicted_n"] == 7
+        r = s.post("/api/generate", {"model": "x", "prompt": "hi", "stream": False, "options": {"temperature": 0},
+                                     "ignore_eos": True}).json()
+        assert r["eval_count"] == 7
+    finally:
+        assert s.stop() == 0
+
+
 def test_unknown_fields_are_ignored_and_unknown_routes_are_json(server):
     r = server.post("/v1/completions", {"prompt": "hi", "max_tokens": 2, "frequency_penalty_x": 1, "user": "u"})
     assert r.status_code == 200
