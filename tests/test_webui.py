@@ -138,3 +138,38 @@ def test_the_page_as_a_user_drives_it(keyed):
     r = subprocess.run(["node", str(Path(__file__).parent / "webui_dom.js"), keyed.url], capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr + r.stdout
+
+
+THINKING = r"""
+const chat = require(process.argv[2]);
+(async () => {
+  let content = "", reasoning = "";
+  const body = {messages: [{role: "user", content: "hi"}, {role: "assistant", content: "<think>"}], max_tokens: 12,
+                temperature: 0};
+  const end = await chat.streamChat(fetch, process.argv[3], body, {onDelta(c, r) { content += c; reasoning += r; }});
+  console.log(JSON.stringify({content, reasoning, end}));
+})().catch((e) => { console.error(e); process.exit(1); });
+"""
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js to run the page's script")
+def test_the_pages_script_keeps_a_thinking_models_reasoning_apart(think_target, tmp_path):
+    """reasoning_content deltas reach the page as reasoning (shown folded, apart from the answer), as the API's
+    whole answer has them."""
+    from http_server import Server
+
+    s = Server("-m", think_target, "-c", "1024", "--threads", "2", "--no-request-log")
+    try:
+        driver = tmp_path / "thinking.js"
+        driver.write_text(THINKING)
+        r = subprocess.run(["node", str(driver), str(WEB / "chat.js"), s.url], capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout)
+        want = s.client().chat.completions.create(
+            model="x", messages=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "<think>"}],
+            max_tokens=12, temperature=0).choices[0].message
+        assert out["reasoning"].strip() == want.reasoning_content and out["reasoning"].strip()
+        assert out["content"] == (want.content or "") and not out["end"]["cut"]
+    finally:
+        assert s.stop() == 0
