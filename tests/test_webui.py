@@ -133,8 +133,9 @@ def _jsdom() -> bool:
 def test_the_page_as_a_user_drives_it(keyed):
     """A refused send (no key) puts the message back with the reason; with the key a reply streams in with its
     figures and the markup typed stays text; Stop keeps what came; a reload keeps the conversation, the settings
-    and a message not sent, and shows a reply's fenced code as a code block (its text still text); New chat clears
-    it (tests/webui_dom.js)."""
+    and a message not sent, and shows a reply's fenced code as a code block (its text still text); a conversation
+    past the context is sent without its oldest exchanges (the page keeps them); New chat clears it
+    (tests/webui_dom.js)."""
     r = subprocess.run(["node", str(Path(__file__).parent / "webui_dom.js"), keyed.url], capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr + r.stdout

@@ -95,6 +95,20 @@ const messages = (page) => [...page.d.querySelectorAll(".msg")];
   assert.strictEqual(again.d.getElementById("input").value, "not sent yet");
   assert.strictEqual(again.d.getElementById("apikey").value, "sesame");
   assert.strictEqual(again.d.getElementById("model").textContent.length > 0, true);
+  // a conversation past the context: its oldest exchanges left out of the request, said under the reply
+  const long = {...kept, unsent: "", messages: []};
+  for (let i = 0; i < 6; i++) {
+    long.messages.push({role: "user", content: `question ${i}: ${"tell me more about it ".repeat(20)}`},
+                       {role: "assistant", content: `answer ${i}: ${"there is more to say ".repeat(20)}`});
+  }
+  long.settings = {...long.settings, max_tokens: "8"};
+  const full = await open(html, JSON.stringify(long));
+  await send(full, "and now?");
+  await settled(full);
+  assert.strictEqual(messages(full).length, 14);
+  assert.match(messages(full)[13].querySelector(".stats").textContent,
+               /^8 tokens · .* · \d+ earlier messages left out to fit the context$/);
+  assert.strictEqual(messages(full)[0].querySelector(".text").textContent.slice(0, 11), "question 0:");
   // a server gone: said so, the message back in the box
   const gone = await open(html, null, "http://127.0.0.1:9");
   await send(gone, "anyone there?");

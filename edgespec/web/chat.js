@@ -21,21 +21,29 @@ function takeEvents(buffer) {
 }
 
 class RequestError extends Error {
-  constructor(message, status) {
+  constructor(message, status, code = null) {
     super(message);
     this.status = status;
+    this.code = code;  // OpenAI's error code ("context_length_exceeded", ...)
   }
 }
 
-/* The message of an error response: OpenAI's {"error": {"message": ...}}, or its text. */
-async function errorText(response) {
+/* The error a refused request answered: OpenAI's {"error": {"message", "code"}}, or its text. */
+async function refusal(response) {
   const text = await response.text();
   try {
     const e = JSON.parse(text).error;
-    return (e && (e.message || (typeof e === "string" && e))) || text;
-  } catch (_) {
-    return text || `HTTP ${response.status}`;
-  }
+    if (typeof e === "string") return new RequestError(e, response.status);
+    if (e && e.message) return new RequestError(e.message, response.status, e.code || null);
+  } catch (_) { /* not JSON: its text */ }
+  return new RequestError(text || `HTTP ${response.status}`, response.status);
+}
+
+/* The conversation the request carries: all of it, or without its `drop` oldest messages, starting at a user's. */
+function window_(history, drop) {
+  let kept = history.slice(drop);
+  while (kept.length > 1 && kept[0].role !== "user") kept = kept.slice(1);
+  return kept;
 }
 
 function headers(apiKey) {
@@ -66,7 +74,7 @@ async function streamChat(fetchFn, base, body, {apiKey = "", signal, onDelta}) {
     method: "POST", headers: headers(apiKey), signal,
     body: JSON.stringify({...body, stream: true, stream_options: {include_usage: true}}),
   });
-  if (!response.ok) throw new RequestError(await errorText(response), response.status);
+  if (!response.ok) throw await refusal(response);
   const reader = response.body.getReader();
   const decoder = new TextDecoder();
   const end = {finish_reason: null, timings: null, usage: null, cut: true};
@@ -202,7 +210,7 @@ function start() {
     say("");
     const user = {role: "user", content: text};
     const reply = {role: "assistant", content: "", reasoning: ""};
-    const body = requestBody(state.settings, [...state.messages, user]);
+    const history = [...state.messages, user];
     state.messages.push(user, reply);
     input.value = state.unsent = "";
     save();
@@ -211,17 +219,29 @@ function start() {
     controller = new AbortController();
     busy(true);
     try {
-      const end = await streamChat(fetch, ".", body, {
-        apiKey: state.settings.apiKey, signal: controller.signal,
-        onDelta(content, reasoning) {
-          const follow = nearBottom();
-          reply.content += content;
-          reply.reasoning += reasoning;
-          fill(box, reply);
-          if (follow) log.scrollTop = log.scrollHeight;
-        },
-      });
-      reply.stats = statsLine(end);
+      // a conversation past the context: its oldest exchanges are left out of the request (not the page), as the
+      // terminal chat does, until it fits or only the new message is left
+      let drop = 0, end = null;
+      while (end === null) {
+        const sent = window_(history, drop);
+        try {
+          end = await streamChat(fetch, ".", requestBody(state.settings, sent), {
+            apiKey: state.settings.apiKey, signal: controller.signal,
+            onDelta(content, reasoning) {
+              const follow = nearBottom();
+              reply.content += content;
+              reply.reasoning += reasoning;
+              fill(box, reply);
+              if (follow) log.scrollTop = log.scrollHeight;
+            },
+          });
+        } catch (e) {
+          if (!(e instanceof RequestError) || e.code !== "context_length_exceeded" || sent.length <= 1) throw e;
+          drop += 2;
+        }
+      }
+      const left = history.length - window_(history, drop).length;
+      reply.stats = statsLine(end) + (left ? ` · ${left} earlier messages left out to fit the context` : "");
     } catch (e) {
       const stopped = e.name === "AbortError", began = reply.content || reply.reasoning;
       let reason = e.message;  // (the server's own words where it answered)
@@ -294,7 +314,7 @@ function start() {
 }
 
 if (typeof module !== "undefined" && module.exports) {
-  module.exports = {takeEvents, requestBody, streamChat, statsLine, pieces, RequestError};
+  module.exports = {takeEvents, requestBody, streamChat, statsLine, pieces, window_, RequestError};
 } else {
   start();
 }
