@@ -58,6 +58,16 @@ def test_no_webui_leaves_the_greeting_alone(tiny_pair):
         assert s.stop() == 0
 
 
+def _node(script: str, url: str, tmp_path) -> dict:
+    """What a Node script that requires the page's chat.js (argv[2]) and talks to the server at argv[3] prints, as
+    JSON."""
+    driver = tmp_path / "driver.js"
+    driver.write_text(script)
+    r = subprocess.run(["node", str(driver), str(WEB / "chat.js"), url], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
 DRIVER = r"""
 const chat = require(process.argv[2]);
 const base = process.argv[3], key = "sesame";
@@ -93,12 +103,7 @@ const base = process.argv[3], key = "sesame";
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js to run the page's script")
 def test_the_pages_script_streams_a_reply_as_the_api_answers_it(keyed, tmp_path):
-    driver = tmp_path / "driver.js"
-    driver.write_text(DRIVER)
-    r = subprocess.run(["node", str(driver), str(WEB / "chat.js"), keyed.url], capture_output=True, text=True,
-                       timeout=120)
-    assert r.returncode == 0, r.stderr
-    out = json.loads(r.stdout)
+    out = _node(DRIVER, keyed.url, tmp_path)
     assert out["events"] == [['{"a":1}', "[DONE]"], 'data: {"b"']
     assert out["body"] == {"messages": [{"role": "system", "content": " be brief "}, {"role": "user", "content": "hi"},
                                         {"role": "assistant", "content": "yo"}],
@@ -161,12 +166,7 @@ def test_the_pages_script_keeps_a_thinking_models_reasoning_apart(think_target, 
 
     s = Server("-m", think_target, "-c", "1024", "--threads", "2", "--no-request-log")
     try:
-        driver = tmp_path / "thinking.js"
-        driver.write_text(THINKING)
-        r = subprocess.run(["node", str(driver), str(WEB / "chat.js"), s.url], capture_output=True, text=True,
-                           timeout=60)
-        assert r.returncode == 0, r.stderr
-        out = json.loads(r.stdout)
+        out = _node(THINKING, s.url, tmp_path)
         want = s.client().chat.completions.create(
             model="x", messages=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "<think>"}],
             max_tokens=12, temperature=0).choices[0].message
