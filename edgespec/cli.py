@@ -221,14 +221,14 @@ def serve(host, port, parallel, api_key, alias, quiet, origins, no_webui, **opts
     auto drafts where the measured costs say the whole batch gets faster for it. Ctrl-C or SIGTERM stops it:
     running requests get their final chunk, exit 0.
     """
+    from click.core import ParameterSource
+
     from .batch import BatchEngine
     from .listening import loopback
     from .server import ServerState, serve as run_server
 
     if opts["tree_width"] > 1:
         raise click.UsageError("--tree-width is for generate and chat; the server's batches verify chains")
-    from click.core import ParameterSource
-
     for name, why in (("fixed", "the server's batches draft by measured cost; a request may ask for "
                                 "\"speculative\": {\"draft_max\": K}"),
                       ("draft_p_min", "the server's batches draft by measured cost"),

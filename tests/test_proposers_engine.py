@@ -111,6 +111,19 @@ def test_fallback_to_plain_when_drafting_costs_more_than_it_saves(tiny_pair):
     assert r.stats.rounds_by_reason.get("fallback", 0) > 80 and r.stats.rounds_by_reason.get("probe", 0) == 0
 
 
+def test_a_confidence_floor_leaves_the_text_the_targets(tiny_pair):
+    """--draft-p-min ends rounds early (at their first token too, which the policy then prices): greedy output is
+    still the target's own, adaptive or fixed, with costs where drafting pays."""
+    e = engine_with_costs(tiny_pair, lambda m: 1.0, 0.05)
+    e.proposer.p_min = 0.6
+    for prompt in ("Once upon a time", "The quick brown fox", "def f(x):"):
+        plain = e.generate(prompt, max_tokens=60, speculative=False)
+        for adaptive in (True, False):
+            assert e.generate(prompt, max_tokens=60, adaptive=adaptive).tokens == plain.tokens, (prompt, adaptive)
+    assert e.policy(e.proposer).floor_rate > 0  # (the floor did end rounds at their first token)
+    e.close()
+
+
 def test_no_fallback_when_speculation_pays(tiny_pair):
     # memory-bound: a verify of any size costs one step, a draft step 5% of one (not free: K is chosen up front)
     e = engine_with_costs(tiny_pair, lambda m: 1.0, 0.05)

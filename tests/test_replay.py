@@ -134,12 +134,14 @@ def test_a_confidence_floor_is_priced_where_it_refuses_first_tokens(recording):
             strategies = benchmark.Strategies(engine)
             results = [strategies.generate(mode, it.tokens(engine), N)[0] for it in recording.items()]
             engine.close(remember=False)
+        assert [r.tokens for r in results] == texts  # (a floor changes what is drafted, never the text)
         reasons = {}
         for r in results:
             for reason, count in r.stats.rounds_by_reason.items():
                 reasons[reason] = reasons.get(reason, 0) + count
         return sum(x.seconds for r in results for x in r.stats.rounds) / sum(len(r.tokens) for r in results), reasons
 
+    texts = [r.tokens for r in _replay(recording, "plain")]
     plain, _ = ms_per_token("plain", 0.0)
     unfloored, _ = ms_per_token("draft", 0.0)
     high, reasons = ms_per_token("draft", 0.95)
