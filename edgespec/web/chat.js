@@ -188,7 +188,9 @@ function start() {
   }
   function render() {
     log.replaceChildren(...state.messages.map(view));
-    if (!state.messages.length) log.append(el("div", "empty", "Write a message below; Enter sends it, Shift+Enter starts a new line."));
+    if (!state.messages.length) {
+      log.append(el("div", "empty", "Write a message below; Enter sends it, Shift+Enter starts a new line."));
+    }
     log.scrollTop = log.scrollHeight;
   }
   function say(text) {
