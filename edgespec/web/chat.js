@@ -40,7 +40,7 @@ async function refusal(response) {
 }
 
 /* The conversation the request carries: all of it, or without its `drop` oldest messages, starting at a user's. */
-function window_(history, drop) {
+function recent(history, drop) {
   let kept = history.slice(drop);
   while (kept.length > 1 && kept[0].role !== "user") kept = kept.slice(1);
   return kept;
@@ -223,9 +223,9 @@ function start() {
     try {
       // a conversation past the context: its oldest exchanges are left out of the request (not the page), as the
       // terminal chat does, until it fits or only the new message is left
-      let drop = 0, end = null;
+      let drop = 0, end = null, sent = history;
       while (end === null) {
-        const sent = window_(history, drop);
+        sent = recent(history, drop);
         try {
           end = await streamChat(fetch, ".", requestBody(state.settings, sent), {
             apiKey: state.settings.apiKey, signal: controller.signal,
@@ -242,7 +242,7 @@ function start() {
           drop += 2;
         }
       }
-      const left = history.length - window_(history, drop).length;
+      const left = history.length - sent.length;
       reply.stats = statsLine(end) + (left ? ` · ${left} earlier messages left out to fit the context` : "");
     } catch (e) {
       const stopped = e.name === "AbortError", began = reply.content || reply.reasoning;
@@ -316,7 +316,7 @@ function start() {
 }
 
 if (typeof module !== "undefined" && module.exports) {
-  module.exports = {takeEvents, requestBody, streamChat, statsLine, pieces, window_, RequestError};
+  module.exports = {takeEvents, requestBody, streamChat, statsLine, pieces, recent, RequestError};
 } else {
   start();
 }
