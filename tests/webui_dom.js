@@ -18,6 +18,7 @@ async function open(html, stored, server = base) {
       w.AbortController = AbortController;
       w.TextDecoder = TextDecoder;
       w.confirm = () => true;
+      Object.defineProperty(w.navigator, "clipboard", {value: {writeText: async (t) => { w.copied = t; }}});
     }});
   await new Promise((r) => dom.window.addEventListener("load", r));
   await pause(300);
@@ -81,6 +82,30 @@ const messages = (page) => [...page.d.querySelectorAll(".msg")];
   assert.strictEqual(messages(page).length, 4);
   assert.strictEqual(messages(page)[3].querySelector(".stats").textContent, "stopped");
   assert.strictEqual(page.d.getElementById("input").value, "written meanwhile");
+  // a reply copied; the last one regenerated, the one before kept to switch back to
+  const button = (box, label) => [...box.querySelectorAll(".actions button")].find((b) => b.textContent === label);
+  assert.strictEqual(button(messages(page)[1], "Regenerate"), undefined);  // (only the last reply's)
+  button(messages(page)[1], "Copy").click();
+  await pause(50);
+  assert.strictEqual(page.w.copied, stored(page).messages[1].content);
+  assert.strictEqual(button(messages(page)[1], "Copied").textContent, "Copied");
+  const stoppedText = stored(page).messages[3].content;
+  set(page, "max_tokens", "6");
+  button(messages(page)[3], "Regenerate").click();
+  assert.strictEqual(page.d.getElementById("send").textContent, "Stop");
+  assert.strictEqual(messages(page)[3].querySelector(".actions"), null);  // (none while it streams)
+  await settled(page);
+  assert.strictEqual(messages(page).length, 4);
+  assert.match(messages(page)[3].querySelector(".stats").textContent, /^6 tokens · /);
+  assert.strictEqual(messages(page)[3].querySelector(".version").textContent, "2/2");
+  button(messages(page)[3], "‹").click();
+  assert.strictEqual(messages(page)[3].querySelector(".text").textContent, stoppedText);
+  assert.strictEqual(messages(page)[3].querySelector(".stats").textContent, "stopped");
+  assert.strictEqual(messages(page)[3].querySelector(".version").textContent, "1/2");
+  assert.strictEqual(stored(page).messages[3].content, stoppedText);  // (what the next message is sent after)
+  button(messages(page)[3], "›").click();
+  assert.match(messages(page)[3].querySelector(".stats").textContent, /^6 tokens · /);
+  assert.strictEqual(stored(page).messages[3].versions.length, 2);
   // half-typed text and the settings survive a reload; the conversation too, until "New chat"
   set(page, "input", "not sent yet");
   const kept = stored(page);
@@ -116,6 +141,13 @@ const messages = (page) => [...page.d.querySelectorAll(".msg")];
   assert.match(gone.d.getElementById("notice").textContent, /^cannot reach the server \(.*\); is edgespec serve running\?$/);
   assert.strictEqual(gone.d.getElementById("input").value, "anyone there?");
   assert.strictEqual(messages(gone).length, 0);
+  // ... and a regenerate that got nothing leaves the reply it was to replace
+  const goneKept = await open(html, JSON.stringify(kept), "http://127.0.0.1:9");
+  button(messages(goneKept)[5], "Regenerate").click();
+  await settled(goneKept);
+  assert.match(goneKept.d.getElementById("notice").textContent, /^cannot reach the server/);
+  assert.strictEqual(stored(goneKept).messages[5].content, kept.messages[5].content);
+  assert.strictEqual(messages(goneKept)[5].querySelector(".version"), null);
   again.d.getElementById("new").click();
   assert.strictEqual(messages(again).length, 0);
   assert.deepStrictEqual([...page.errors, ...again.errors], []);

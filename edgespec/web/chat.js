@@ -134,6 +134,45 @@ function pieces(text) {
   return out;
 }
 
+/* A reply's fields that make one version of it: regenerating a reply keeps the ones before, to switch back to. */
+const VERSION = ["content", "reasoning", "stats", "error"];
+
+function snapshot(m) {
+  return Object.fromEntries(VERSION.filter((k) => m[k]).map((k) => [k, m[k]]));
+}
+
+/* The empty reply that takes `last`'s place when it is regenerated, keeping it and its other versions. */
+function regenerated(last) {
+  const versions = last.versions ? [...last.versions] : [];
+  versions[last.shown ?? 0] = snapshot(last);
+  return {role: "assistant", content: "", reasoning: "", versions, shown: versions.length};
+}
+
+/* Reply m showing its version j instead (the one it showed kept as it is now). */
+function showVersion(m, j) {
+  const versions = [...m.versions];
+  versions[m.shown] = snapshot(m);
+  return {role: m.role, ...versions[j], versions, shown: j};
+}
+
+/* Text onto the clipboard: the Clipboard API where the page may use it (localhost, https), else a selection copied
+   (a server on another host over plain http). */
+async function copyText(doc, text) {
+  const clipboard = doc.defaultView.navigator.clipboard;
+  if (clipboard && clipboard.writeText) return clipboard.writeText(text);
+  const area = doc.createElement("textarea");
+  area.value = text;
+  area.style.position = "fixed";
+  area.style.opacity = "0";
+  doc.body.append(area);
+  area.select();
+  try {
+    if (!doc.execCommand || !doc.execCommand("copy")) throw new Error("this browser refused to copy");
+  } finally {
+    area.remove();
+  }
+}
+
 /* The page: a conversation, a box to write in, settings; all kept in localStorage. */
 function start() {
   const $ = (id) => document.getElementById(id);
@@ -159,10 +198,43 @@ function start() {
   const log = $("log"), input = $("input"), send = $("send"), notice = $("notice");
   const nearBottom = () => log.scrollHeight - log.scrollTop - log.clientHeight < 80;
 
-  function view(m) {
+  function view(m, i) {
     const box = el("div", `msg ${m.role}`);
     fill(box, m);
+    if (m.role === "assistant" && !controller) box.append(actions(m, i === state.messages.length - 1));
     return box;
+  }
+  function button(label, title, onClick) {
+    const b = el("button", "", label);
+    b.type = "button";
+    b.title = title;
+    b.addEventListener("click", onClick);
+    return b;
+  }
+  function actions(m, last) {  // under a reply: copy it; the last one: regenerate it, switch between its versions
+    const row = el("div", "actions");
+    if (m.content) {
+      const copy = button("Copy", "Copy this reply", () => copyText(document, m.content).then(
+        () => { copy.textContent = "Copied"; setTimeout(() => { copy.textContent = "Copy"; }, 1500); },
+        (e) => say(`cannot copy: ${e.message}`)));
+      row.append(copy);
+    }
+    if (!last) return row;
+    row.append(button("Regenerate", "Write this reply again (the one before stays, to switch back to)", regenerate));
+    const n = m.versions ? Math.max(m.versions.length, m.shown + 1) : 1;
+    if (n > 1) {
+      const to = (j) => () => {
+        if (controller) return;
+        state.messages[state.messages.length - 1] = showVersion(m, j);
+        save();
+        render();
+      };
+      const older = button("‹", "The version before", to(m.shown - 1)), newer = button("›", "The next version", to(m.shown + 1));
+      older.disabled = m.shown === 0;
+      newer.disabled = m.shown === n - 1;
+      row.append(older, el("span", "version", `${m.shown + 1}/${n}`), newer);
+    }
+    return row;
   }
   function fill(box, m) {  // (in place while a reply streams: an opened "thinking" stays open)
     let thinking = box.querySelector(".thinking");
@@ -202,23 +274,41 @@ function start() {
     if (!on) input.focus();
   }
 
-  async function submit() {
+  function submit() {
     if (controller) {
       controller.abort();
       return;
     }
     const text = input.value;
     if (!text.trim()) return;
-    say("");
     const user = {role: "user", content: text};
     const reply = {role: "assistant", content: "", reasoning: ""};
     const history = [...state.messages, user];
     state.messages.push(user, reply);
     input.value = state.unsent = "";
+    return ask(history, reply, () => {  // nothing came: the message goes back to the box, to send again or change
+      state.messages.splice(state.messages.length - 2, 2);
+      input.value = state.unsent = input.value ? `${text}\n${input.value}` : text;
+    });
+  }
+  function regenerate() {
+    const last = state.messages[state.messages.length - 1];
+    if (controller || !last || last.role !== "assistant") return;
+    const reply = regenerated(last);
+    state.messages[state.messages.length - 1] = reply;
+    return ask(state.messages.slice(0, -1), reply, () => {  // nothing came: the reply it was to replace stays
+      state.messages[state.messages.length - 1] = last;
+    });
+  }
+
+  /* The reply to `history` (which ends with the user's message), streamed into `reply`, the last of the messages;
+     undo(): where nothing came, what puts the conversation back as it was. */
+  async function ask(history, reply, undo) {
+    say("");
+    controller = new AbortController();
     save();
     render();
     const box = log.lastChild;
-    controller = new AbortController();
     busy(true);
     try {
       // a conversation past the context: its oldest exchanges are left out of the request (not the page), as the
@@ -254,9 +344,7 @@ function start() {
         reason += " (set the server's key under Settings)";
       }
       if (!began) {
-        // nothing came: the message goes back to the box, to send again or change
-        state.messages.splice(state.messages.length - 2, 2);
-        input.value = state.unsent = input.value ? `${text}\n${input.value}` : text;
+        undo();
         if (!stopped) say(reason);
       } else if (stopped) {
         reply.stats = "stopped";
@@ -265,6 +353,7 @@ function start() {
       }
     } finally {
       controller = null;
+      if (reply.versions) reply.versions[reply.shown] = snapshot(reply);
       save();
       render();
       busy(false);
@@ -316,7 +405,8 @@ function start() {
 }
 
 if (typeof module !== "undefined" && module.exports) {
-  module.exports = {takeEvents, requestBody, streamChat, statsLine, pieces, recent, RequestError};
+  module.exports = {takeEvents, requestBody, streamChat, statsLine, pieces, recent, RequestError, snapshot, regenerated,
+                    showVersion};
 } else {
   start();
 }
