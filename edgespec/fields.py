@@ -1,8 +1,9 @@
 """The request fields every endpoint shares, each checked before anything is queued (a bad one is a BadRequest
-naming it, which the server answers with a 4xx): numbers in their range, stop strings, logit_bias, ignore_eos, and
+naming it, which the server answers with a 4xx): the JSON body itself, numbers in their range, stop strings, logit_bias, ignore_eos, and
 the response formats and grammars that constrain the output."""
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 
@@ -14,6 +15,35 @@ class BadRequest(Exception):
     def __init__(self, message: str, param: str | None = None, code: str | None = None, status: int = 400):
         super().__init__(message)
         self.param, self.code, self.status = param, code, status
+
+
+# The most a request's body may hold: 16 MiB is some 4 million tokens of text, 30 times the longest context a GGUF
+# model has. A bigger one is refused before it is read whole (its tokens could never fit; counting them took the
+# server's CPU a minute for 60 MB).
+MAX_BODY = 16 << 20
+
+
+async def json_body(request) -> object:
+    """A Starlette request's body as JSON: refused (413) past MAX_BODY, said by its Content-Length or found as it
+    arrives, and (400) where it is not JSON or nests too deeply to read."""
+    length = request.headers.get("content-length", "")
+    too_big = BadRequest(f"the request body is over {MAX_BODY >> 20} MiB, more text than any context holds",
+                         code="request_too_large", status=413)
+    if length.isdigit() and int(length) > MAX_BODY:
+        raise too_big
+    chunks, n = [], 0
+    async for chunk in request.stream():
+        n += len(chunk)
+        if n > MAX_BODY:
+            raise too_big
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    try:
+        return json.loads(raw) if n < 1 << 20 else await asyncio.to_thread(json.loads, raw)  # (off the event loop)
+    except RecursionError:
+        raise BadRequest("the request body is JSON nested too deeply to read") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise BadRequest(f"the request body is not valid JSON: {e}") from None
 
 
 def number(body: dict, name: str, default, lo: float, hi: float, integer: bool = False):

@@ -29,7 +29,7 @@ from starlette.routing import Route
 from .batch import BatchEngine, Event, QueueFull
 from .errors import ContextOverflowError, EdgespecError
 from .listening import listen
-from . import anthropic_api, llama_api, ollama_api, prometheus, responses_api, webui
+from . import anthropic_api, fields, llama_api, ollama_api, prometheus, responses_api, webui
 from .openai_api import Answer, BadRequest, parse
 from .request_log import RequestLog, generation
 from .sampling import SamplingConfig
@@ -78,13 +78,16 @@ def create_app(state: ServerState) -> Starlette:
         return None
 
     async def read(request: HttpRequest) -> tuple[object, Response | None]:
-        """A request's JSON body, or the error that answers it instead (refuse(), or a body that is not JSON)."""
+        """A request's JSON body, or the error that answers it instead (refuse(), or fields.json_body's)."""
         if (refused := refuse(request)) is not None:
             return None, refused
+        if hasattr(request.state, "body"):  # (read before: Ollama's handler looks first)
+            return request.state.body, None
         try:
-            return json.loads(await request.body()), None
-        except (ValueError, UnicodeDecodeError) as e:
-            return None, error(f"the request body is not valid JSON: {e}")
+            request.state.body = await fields.json_body(request)
+        except BadRequest as e:
+            return None, error(str(e), e.status, e.param, e.code)
+        return request.state.body, None
 
     async def completions(request: HttpRequest, endpoint: str) -> Response:
         body, refused = await read(request)
@@ -173,14 +176,10 @@ def create_app(state: ServerState) -> Starlette:
 
     def ollama_generation(api: str):  # Ollama's /api/chat, /api/generate
         async def handler(request):
-            if refuse(request) is None:
-                try:
-                    body = json.loads(await request.body())
-                except (ValueError, UnicodeDecodeError):
-                    body = None  # (completions() says so)
-                if ollama_api.loaded(body, api):  # a client warming the model up: it is loaded
-                    return JSONResponse(ollama_api.load_answer(state, api))
-            return ollama_errors(await completions(request, f"ollama_{api}"))
+            body, refused = await read(request)
+            if refused is None and ollama_api.loaded(body, api):  # a client warming the model up: it is loaded
+                return JSONResponse(ollama_api.load_answer(state, api))
+            return ollama_errors(refused or await completions(request, f"ollama_{api}"))
         return handler
 
     async def ollama_listing(request):  # GET /api/tags, /api/ps; POST /api/show

@@ -158,6 +158,7 @@ def test_completions_logprobs_in_openais_legacy_shape_streamed_or_not(server, re
 
 @pytest.mark.parametrize("body,status,code,param", [
     (b"{not json", 400, None, None),
+    (b"[" * 100_000 + b"]" * 100_000, 400, None, None),  # (nested past Python's recursion limit)
     ([1, 2], 400, None, None),
     ({"messages": "hi"}, 400, None, "messages"),
     ({"messages": [{"role": "wizard", "content": "hi"}]}, 400, None, "messages[0].role"),
@@ -402,6 +403,23 @@ def test_unknown_fields_are_ignored_and_unknown_routes_are_json(server):
     missing = httpx.post(server.url + "/v1/embeddings", json={"input": "x"})  # a route of the API it does not serve
     assert missing.status_code == 404 and "/v1/chat/completions" in missing.json()["error"]["message"]
     assert httpx.get(server.url + "/v1/chat/completions").status_code == 405
+
+
+def test_a_body_past_the_limit_is_refused_before_it_is_read_whole(server):
+    """16 MiB of body: 413 on every route that reads one, whether its size is announced or found as it arrives,
+    each in its API's shape; the server goes on answering."""
+    from edgespec.fields import MAX_BODY
+
+    big = b'{"messages": [{"role": "user", "content": "' + b"x" * MAX_BODY + b'"}]}'
+    for path in ("/v1/chat/completions", "/tokenize", "/v1/messages", "/api/chat"):
+        r = httpx.post(server.url + path, content=big, timeout=60)
+        assert r.status_code == 413, (path, r.text)
+        assert "over 16 MiB" in json.dumps(r.json()), path
+    chunks = (b" " * (1 << 20) for _ in range(17))  # (no Content-Length: sent in chunks)
+    r = httpx.post(server.url + "/v1/chat/completions", content=chunks, timeout=60)
+    assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
+    ok = server.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+    assert ok.status_code == 200
 
 
 def test_a_client_that_leaves_mid_stream_frees_its_sequence(server):
