@@ -282,7 +282,8 @@ def create_app(state: ServerState) -> Starlette:
               Route("/health", health, methods=["GET"]),
               Route("/metrics", metrics, methods=["GET"])]
     if state.webui:
-        routes.append(Route("/chat.js", lambda request: webui.page("chat.js"), methods=["GET"]))
+        routes += [Route(f"/{name}", lambda request, name=name: webui.page(name), methods=["GET"])
+                   for name in ("chat.js", "markdown.js")]
     # Browsers ask before a page calls another origin; answered only for the origins given (--allow-origin), so a web
     # page a user visits cannot drive the model on localhost unless they said so.
     middleware = [Middleware(CORSMiddleware, allow_origins=list(state.origins), allow_methods=["GET", "POST", "DELETE"],

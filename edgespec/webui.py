@@ -1,6 +1,6 @@
-"""The chat page `edgespec serve` gives a browser at / (as llama-server serves its web UI): edgespec/web/'s two files,
-with headers that let the page load and call nothing but this server. The page is static; its calls to the API
-carry the key its settings hold."""
+"""The chat page `edgespec serve` gives a browser at / (as llama-server serves its web UI): edgespec/web/'s page and
+its two scripts, with headers that let the page load and call nothing but this server. The page is static; its calls
+to the API carry the key its settings hold."""
 from __future__ import annotations
 
 import functools
@@ -12,7 +12,8 @@ from starlette.responses import Response
 # the page's own script and calls only; inline styles (its one <style>), no inline scripts, no frames around it
 POLICY = ("default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'unsafe-inline'; img-src 'self' data:; "
           "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
-TYPES = {"index.html": "text/html; charset=utf-8", "chat.js": "text/javascript; charset=utf-8"}
+TYPES = {"index.html": "text/html; charset=utf-8", "chat.js": "text/javascript; charset=utf-8",
+         "markdown.js": "text/javascript; charset=utf-8"}
 
 
 @functools.cache

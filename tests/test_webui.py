@@ -30,10 +30,12 @@ def test_a_browser_gets_the_page_and_clients_the_greeting(keyed):
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")  # (no key: it is static)
     policy = page.headers["content-security-policy"]
     assert "script-src 'self'" in policy and "connect-src 'self'" in policy and "default-src 'none'" in policy
-    assert '<script src="chat.js" defer></script>' in page.text
-    script = httpx.get(keyed.url + "/chat.js", timeout=10)
-    assert script.status_code == 200 and script.headers["content-type"].startswith("text/javascript")
-    assert script.content == (WEB / "chat.js").read_bytes()
+    for name in ("markdown.js", "chat.js"):  # (in this order: chat.js uses markdown.js)
+        assert f'<script src="{name}" defer></script>' in page.text
+        script = httpx.get(keyed.url + "/" + name, timeout=10)
+        assert script.status_code == 200 and script.headers["content-type"].startswith("text/javascript")
+        assert script.content == (WEB / name).read_bytes()
+    assert page.text.index('src="markdown.js"') < page.text.index('src="chat.js"')
     for accept in ("*/*", "application/json", None):  # Ollama's clients, curl, Python's
         r = httpx.get(keyed.url + "/", headers={"Accept": accept} if accept else {}, timeout=10)
         assert r.status_code == 200 and r.text.startswith("edgespec is running"), accept
@@ -54,6 +56,7 @@ def test_no_webui_leaves_the_greeting_alone(tiny_pair):
         r = httpx.get(s.url + "/", headers={"Accept": "text/html"}, timeout=10)
         assert r.text.startswith("edgespec is running")
         assert httpx.get(s.url + "/chat.js", timeout=10).status_code == 404
+        assert httpx.get(s.url + "/markdown.js", timeout=10).status_code == 404
     finally:
         assert s.stop() == 0
 
@@ -69,14 +72,14 @@ def _node(script: str, url: str, tmp_path) -> dict:
 
 
 DRIVER = r"""
-const chat = require(process.argv[2]);
+const chat = require(process.argv[2]), md = require(require("path").join(process.argv[2], "..", "markdown.js"));
 const base = process.argv[3], key = "sesame";
 (async () => {
   const out = {};
   out.events = chat.takeEvents('data: {"a":1}\r\n\r\ndata: [DONE]\n\ndata: {"b"');
   out.body = chat.requestBody({system: " be brief ", temperature: "0", max_tokens: "12", mode: "draft"},
     [{role: "user", content: "hi"}, {role: "assistant", content: ""}, {role: "assistant", content: "yo", reasoning: "hm"}]);
-  out.pieces = [chat.pieces("Here:\n```python\ndef f():\n```\nDone."), chat.pieces("so\n```js\nlet x")];
+  out.pieces = [md.pieces("Here:\n```python\ndef f():\n```\nDone."), md.pieces("so\n```js\nlet x")];
   out.plain = chat.requestBody({system: "", temperature: "", max_tokens: "", mode: "auto"}, [{role: "user", content: "x"}]);
   let text = "";
   const body = {messages: [{role: "user", content: "Hello there"}], temperature: 0, max_tokens: 20};
@@ -129,6 +132,53 @@ def test_the_pages_script_streams_a_reply_as_the_api_answers_it(keyed, tmp_path)
     assert again.choices[0].message.content == want.choices[0].message.content  # (the stopped stream left no trace)
 
 
+MARKDOWN = r"""
+const md = require(require("path").join(process.argv[2], "..", "markdown.js"));
+const texts = JSON.parse(require("fs").readFileSync(0, "utf8"));
+console.log(JSON.stringify(texts.map(md.blocks)));
+"""
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js to run the page's script")
+def test_replies_markdown_is_read_as_models_write_it(tmp_path):
+    """What the page makes elements of: headings, lists (nested, numbered from where they start), quotes, rules,
+    tables, `code`, **strong**, *em*, http(s) links; arithmetic, snake_case, an unclosed mark, HTML and a link to
+    javascript: stay text."""
+    driver = tmp_path / "md.js"
+    driver.write_text(MARKDOWN)
+    texts = ["# Title #\nSome **bold** and *em* and `a | b` and [site](https://x.org/a?b=1).",
+             "- a\n- b **c**\n  - nested\n  going on\n\n3. three\n4) four",
+             "> quoted *word*\n> more\n\n---\n\n| h1 | h2 |\n|:---|---:|\n| x | **y** |\nafter",
+             "2 * 3 * 4 = 24, snake_case_name, a*b*c, __init__ and **open",
+             "<b>html</b> & [x](javascript:alert(1)) [y](ftp://h/f)"]
+    r = subprocess.run(["node", str(driver), str(WEB / "chat.js")], input=json.dumps(texts), capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    title, lists, quote, prose, html = json.loads(r.stdout)
+
+    def text(kids):
+        return [(k["t"], k.get("text") or text(k["kids"]), *([k["href"]] if "href" in k else [])) for k in kids]
+
+    assert title[0]["b"] == "h" and title[0]["level"] == 1 and text(title[0]["kids"]) == [("text", "Title")]
+    assert text(title[1]["kids"]) == [("text", "Some "), ("strong", [("text", "bold")]), ("text", " and "),
+                                      ("em", [("text", "em")]), ("text", " and "), ("code", "a | b"),
+                                      ("text", " and "), ("link", [("text", "site")], "https://x.org/a?b=1"),
+                                      ("text", ".")]
+    ul, ol = lists
+    assert ul["b"] == "ul" and [it["depth"] for it in ul["items"]] == [0, 0, 1]
+    assert text(ul["items"][1]["kids"]) == [("text", "b "), ("strong", [("text", "c")])]
+    assert text(ul["items"][2]["kids"]) == [("text", "nested\ngoing on")]
+    assert ol["b"] == "ol" and ol["start"] == 3 and len(ol["items"]) == 2
+    assert [b["b"] for b in quote] == ["quote", "hr", "table", "p"]
+    assert text(quote[0]["kids"]) == [("text", "quoted "), ("em", [("text", "word")]), ("text", "\nmore")]
+    table = quote[2]
+    assert [text(c) for c in table["head"]] == [[("text", "h1")], [("text", "h2")]]
+    assert [text(c) for c in table["rows"][0]] == [[("text", "x")], [("strong", [("text", "y")])]]
+    assert text(prose[0]["kids"]) == [("text", "2 * 3 * 4 = 24, snake_case_name, a"), ("em", [("text", "b")]),
+                                      ("text", "c, "), ("strong", [("text", "init")]), ("text", " and **open")]
+    assert text(html[0]["kids"]) == [("text", "<b>html</b> & [x](javascript:alert(1)) [y](ftp://h/f)")]
+
+
 def _jsdom() -> bool:
     return shutil.which("node") is not None and subprocess.run(
         ["node", "-e", "require.resolve('jsdom')"], capture_output=True).returncode == 0
@@ -138,7 +188,8 @@ def _jsdom() -> bool:
 def test_the_page_as_a_user_drives_it(keyed):
     """A refused send (no key) puts the message back with the reason; with the key a reply streams in with its
     figures and the markup typed stays text; Stop keeps what came; a reload keeps the conversation, the settings
-    and a message not sent, and shows a reply's fenced code as a code block (its text still text); a conversation
+    and a message not sent, and shows a reply's Markdown as elements (fenced code as a code block, headings, lists,
+    a table, a link; HTML the model wrote and a javascript: link still text); Copy and Regenerate; a conversation
     past the context is sent without its oldest exchanges (the page keeps them); New chat clears it
     (tests/webui_dom.js)."""
     r = subprocess.run(["node", str(Path(__file__).parent / "webui_dom.js"), keyed.url], capture_output=True, text=True,

@@ -110,13 +110,26 @@ const messages = (page) => [...page.d.querySelectorAll(".msg")];
   set(page, "input", "not sent yet");
   const kept = stored(page);
   kept.messages.push({role: "user", content: "code?"},
-                     {role: "assistant", content: "Here:\n```python\nprint('<b>')\n```\nDone.", stats: "7 tokens"});
+                     {role: "assistant", content: "Here:\n```python\nprint('<b>')\n```\nDone.", stats: "7 tokens"},
+                     {role: "user", content: "plan?"},
+                     {role: "assistant", content: "## Plan\n- **bold <i>x</i>**\n- [site](https://example.org/) " +
+                      "[bad](javascript:alert(1))\n\n| a | b |\n|---|---|\n| 1 | 2 |"});
   const again = await open(html, JSON.stringify(kept));
-  assert.strictEqual(messages(again).length, 6);
+  assert.strictEqual(messages(again).length, 8);
   const code = messages(again)[5].querySelector("pre.code code");
   assert.strictEqual(code.textContent, "print('<b>')");
   assert.strictEqual(code.parentNode.dataset.lang, "python");
-  assert.strictEqual(messages(again)[5].querySelector(".text").textContent, "Here:\nprint('<b>')Done.");
+  assert.deepStrictEqual([...messages(again)[5].querySelector(".text").children].map((e) => [e.tagName, e.textContent]),
+                         [["P", "Here:"], ["PRE", "print('<b>')"], ["P", "Done."]]);
+  // Markdown as elements, what the model wrote still text: HTML in it shown, a javascript: link not made one
+  const md = messages(again)[7].querySelector(".text");
+  assert.strictEqual(md.querySelector("h2").textContent, "Plan");
+  assert.strictEqual(md.querySelector("li strong").textContent, "bold <i>x</i>");
+  assert.strictEqual(md.querySelector("i"), null);
+  assert.deepStrictEqual([...md.querySelectorAll("a")].map((a) => [a.href, a.rel]),
+                         [["https://example.org/", "noopener noreferrer"]]);
+  assert.match(md.textContent, /\[bad\]\(javascript:alert\(1\)\)/);
+  assert.strictEqual(md.querySelectorAll("table td").length, 2);
   assert.strictEqual(again.d.getElementById("input").value, "not sent yet");
   assert.strictEqual(again.d.getElementById("apikey").value, "sesame");
   assert.strictEqual(again.d.getElementById("model").textContent.length > 0, true);
@@ -143,11 +156,11 @@ const messages = (page) => [...page.d.querySelectorAll(".msg")];
   assert.strictEqual(messages(gone).length, 0);
   // ... and a regenerate that got nothing leaves the reply it was to replace
   const goneKept = await open(html, JSON.stringify(kept), "http://127.0.0.1:9");
-  button(messages(goneKept)[5], "Regenerate").click();
+  button(messages(goneKept)[7], "Regenerate").click();
   await settled(goneKept);
   assert.match(goneKept.d.getElementById("notice").textContent, /^cannot reach the server/);
-  assert.strictEqual(stored(goneKept).messages[5].content, kept.messages[5].content);
-  assert.strictEqual(messages(goneKept)[5].querySelector(".version"), null);
+  assert.strictEqual(stored(goneKept).messages[7].content, kept.messages[7].content);
+  assert.strictEqual(messages(goneKept)[7].querySelector(".version"), null);
   again.d.getElementById("new").click();
   assert.strictEqual(messages(again).length, 0);
   assert.deepStrictEqual([...page.errors, ...again.errors], []);

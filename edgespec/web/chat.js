@@ -118,22 +118,6 @@ function statsLine(end) {
   return parts.join(" · ");
 }
 
-/* A reply's text in pieces: prose, and code between ``` fences (one not closed yet runs to the end), each shown
-   as text: [{code: false, text}, {code: true, lang, text}, ...]. */
-function pieces(text) {
-  const out = [];
-  const fence = /^```([^\n`]*)\n([\s\S]*?)(?:^```[ \t]*$\n?|(?![\s\S]))/gm;
-  let at = 0, m;
-  while ((m = fence.exec(text)) !== null) {
-    if (m.index > at) out.push({code: false, text: text.slice(at, m.index)});
-    out.push({code: true, lang: m[1].trim(), text: m[2].replace(/\n$/, "")});
-    at = fence.lastIndex;
-    if (m[0] === "") fence.lastIndex++;
-  }
-  if (at < text.length) out.push({code: false, text: text.slice(at)});
-  return out;
-}
-
 /* A reply's fields that make one version of it: regenerating a reply keeps the ones before, to switch back to. */
 const VERSION = ["content", "reasoning", "stats", "error"];
 
@@ -247,13 +231,7 @@ function start() {
     let text = box.querySelector(":scope > .text");
     if (!text) box.append((text = el("div", "text")));
     if (m.role === "user") text.textContent = m.content;
-    else text.replaceChildren(...pieces(m.content).map((p) => {
-      if (!p.code) return document.createTextNode(p.text);
-      const pre = el("pre", "code");
-      pre.append(el("code", "", p.text));
-      if (p.lang) pre.dataset.lang = p.lang;
-      return pre;
-    }));
+    else text.replaceChildren(...markdownNodes(document, m.content));  // (markdown.js)
     for (const [cls, value] of [["error", m.error], ["stats", m.stats]]) {
       if (value && !box.querySelector(`.${cls}`)) box.append(el("div", cls, value));
     }
@@ -405,7 +383,7 @@ function start() {
 }
 
 if (typeof module !== "undefined" && module.exports) {
-  module.exports = {takeEvents, requestBody, streamChat, statsLine, pieces, recent, RequestError, snapshot, regenerated,
+  module.exports = {takeEvents, requestBody, streamChat, statsLine, recent, RequestError, snapshot, regenerated,
                     showVersion};
 } else {
   start();
