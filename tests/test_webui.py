@@ -190,8 +190,8 @@ def test_the_page_as_a_user_drives_it(keyed):
     figures and the markup typed stays text; Stop keeps what came; a reload keeps the conversation, the settings
     and a message not sent, and shows a reply's Markdown as elements (fenced code as a code block, headings, lists,
     a table, a link; HTML the model wrote and a javascript: link still text); Copy and Regenerate; a conversation
-    past the context is sent without its oldest exchanges (the page keeps them); New chat clears it
-    (tests/webui_dom.js)."""
+    past the context is sent without its oldest exchanges (the page keeps them); New chat keeps it among the
+    earlier conversations to open again, Delete asks first; full storage is said (tests/webui_dom.js)."""
     r = subprocess.run(["node", str(Path(__file__).parent / "webui_dom.js"), keyed.url], capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr + r.stdout

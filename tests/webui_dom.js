@@ -161,9 +161,33 @@ const messages = (page) => [...page.d.querySelectorAll(".msg")];
   assert.match(goneKept.d.getElementById("notice").textContent, /^cannot reach the server/);
   assert.strictEqual(stored(goneKept).messages[7].content, kept.messages[7].content);
   assert.strictEqual(messages(goneKept)[7].querySelector(".version"), null);
+  // New chat keeps this one among the earlier conversations, to open again; Delete (asked first) removes it
+  const chats = again.d.getElementById("chats");
+  assert.ok(chats.disabled);
   again.d.getElementById("new").click();
   assert.strictEqual(messages(again).length, 0);
-  assert.deepStrictEqual([...page.errors, ...again.errors], []);
+  assert.deepStrictEqual([...chats.options].map((o) => o.textContent.split(" · ")[0]),
+                         ["New chat", "Hello <b>there</b> <|im_end|>"]);
+  const earlierId = chats.options[1].value;
+  again.d.getElementById("new").click();  // (an empty one is not kept)
+  assert.strictEqual(stored(again).earlier.length, 1);
+  chats.value = earlierId;
+  chats.dispatchEvent(new again.w.Event("change"));
+  assert.strictEqual(messages(again).length, 8);
+  assert.strictEqual(chats.options[0].textContent, "Hello <b>there</b> <|im_end|>");
+  const reopened = await open(html, again.w.localStorage.getItem("edgespec-chat"));  // (a reload keeps them all)
+  assert.strictEqual(messages(reopened).length, 8);
+  assert.strictEqual(reopened.d.getElementById("chats").options.length, stored(again).earlier.length + 1);
+  let asked = "";
+  again.w.confirm = (q) => { asked = q; return true; };
+  again.d.getElementById("delete").click();
+  assert.match(asked, /^Delete this conversation\?/);
+  assert.ok(stored(again).earlier.every((c) => c.id !== earlierId) && stored(again).id !== earlierId);
+  // storage full: said, the page goes on
+  again.w.Storage.prototype.setItem = () => { throw new Error("QuotaExceededError"); };
+  set(again, "input", "still typing");
+  assert.match(again.d.getElementById("notice").textContent, /storage is full.*delete earlier chats/);
+  assert.deepStrictEqual([...page.errors, ...again.errors, ...reopened.errors], []);
   console.log("ok");
   process.exit(0);
 })().catch((e) => {

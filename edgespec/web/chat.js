@@ -139,6 +139,31 @@ function showVersion(m, j) {
   return {role: m.role, ...versions[j], versions, shown: j};
 }
 
+/* A conversation's name in the list of earlier ones: its first message's start. */
+function chatTitle(messages) {
+  const first = messages.find((m) => m.role === "user");
+  const text = first ? first.content.replace(/\s+/g, " ").trim() : "";
+  return text.length > 48 ? `${text.slice(0, 47)}…` : text || "(no message)";
+}
+
+const newId = (now) => `c${now.toString(36)}${Math.random().toString(36).slice(2, 6)}`;
+
+/* The conversations after moving to earlier one `id` (null: a new, empty one): the open one put away first, newest
+   first, where it holds anything. {id, messages, earlier}; null where there is no such earlier one. */
+function moveTo(state, id, now = Date.now()) {
+  const earlier = [...(state.earlier || [])];
+  let open = {id: newId(now), messages: []};
+  if (id != null) {
+    const i = earlier.findIndex((c) => c.id === id);
+    if (i < 0) return null;
+    open = earlier.splice(i, 1)[0];
+  }
+  if (state.messages.length) {
+    earlier.unshift({id: state.id || newId(now), title: chatTitle(state.messages), updated: now, messages: state.messages});
+  }
+  return {id: open.id, messages: open.messages, earlier};
+}
+
 /* Text onto the clipboard: the Clipboard API where the page may use it (localhost, https), else a selection copied
    (a server on another host over plain http). */
 async function copyText(doc, text) {
@@ -157,21 +182,25 @@ async function copyText(doc, text) {
   }
 }
 
-/* The page: a conversation, a box to write in, settings; all kept in localStorage. */
+/* The page: a conversation and the earlier ones, a box to write in, settings; all kept in localStorage. */
 function start() {
   const $ = (id) => document.getElementById(id);
   const defaults = {system: "", temperature: "", max_tokens: "", mode: "auto", apiKey: ""};
-  let state = {messages: [], settings: {...defaults}, unsent: ""};
+  // the open conversation (id, messages), the earlier ones (newest first), the settings, a message not sent yet
+  let state = {id: newId(Date.now()), messages: [], earlier: [], settings: {...defaults}, unsent: ""};
   try {
     const saved = JSON.parse(localStorage.getItem(STORE) || "null");
     if (saved && Array.isArray(saved.messages)) state = {...state, ...saved, settings: {...defaults, ...saved.settings}};
+    if (!Array.isArray(state.earlier)) state.earlier = [];
   } catch (_) { /* a store another version wrote, or none: start afresh */ }
   let controller = null;
 
   const save = () => {
     try {
       localStorage.setItem(STORE, JSON.stringify(state));
-    } catch (_) { /* full or refused: the page still works, unsaved */ }
+    } catch (_) {  // full or refused: the page still works, unsaved, and says so
+      say("this browser's storage is full, so the conversation is not saved: delete earlier chats to make room");
+    }
   };
   const el = (tag, cls, text) => {
     const e = document.createElement(tag);
@@ -179,7 +208,7 @@ function start() {
     if (text) e.textContent = text;
     return e;
   };
-  const log = $("log"), input = $("input"), send = $("send"), notice = $("notice");
+  const log = $("log"), input = $("input"), send = $("send"), notice = $("notice"), chats = $("chats");
   const nearBottom = () => log.scrollHeight - log.scrollTop - log.clientHeight < 80;
 
   function view(m, i) {
@@ -237,6 +266,9 @@ function start() {
     }
   }
   function render() {
+    chats.replaceChildren(new Option(state.messages.length ? chatTitle(state.messages) : "New chat", ""),
+      ...state.earlier.map((c) => new Option(`${c.title} · ${new Date(c.updated).toLocaleDateString()}`, c.id)));
+    chats.disabled = !state.earlier.length;
     log.replaceChildren(...state.messages.map(view));
     if (!state.messages.length) {
       log.append(el("div", "empty", "Write a message below; Enter sends it, Shift+Enter starts a new line."));
@@ -361,12 +393,21 @@ function start() {
     }
   });
   send.addEventListener("click", submit);
-  $("new").addEventListener("click", () => {
-    if (controller || !state.messages.length) return;
-    if (!confirm("Start a new chat? This conversation will be cleared.")) return;
-    state.messages = [];
+  // the conversations: a new one (the open one kept among the earlier), an earlier one again, the open one deleted
+  const move = (id) => {
+    const moved = !controller && moveTo(state, id);
+    if (!moved) return;
+    Object.assign(state, moved);
+    say("");
     save();
     render();
+  };
+  $("new").addEventListener("click", () => { if (state.messages.length) move(null); });
+  chats.addEventListener("change", () => { if (chats.value) move(chats.value); else render(); });
+  $("delete").addEventListener("click", () => {
+    if (controller || !state.messages.length || !confirm("Delete this conversation? It cannot be brought back.")) return;
+    state.messages = [];
+    move(state.earlier.length ? state.earlier[0].id : null);
   });
   render();
   input.focus();
@@ -384,7 +425,7 @@ function start() {
 
 if (typeof module !== "undefined" && module.exports) {
   module.exports = {takeEvents, requestBody, streamChat, statsLine, recent, RequestError, snapshot, regenerated,
-                    showVersion};
+                    showVersion, chatTitle, moveTo};
 } else {
   start();
 }
