@@ -1,6 +1,6 @@
 """The request fields every endpoint shares, each checked before anything is queued (a bad one is a BadRequest
-naming it, which the server answers with a 4xx): the JSON body itself, numbers in their range, stop strings, logit_bias, ignore_eos, and
-the response formats and grammars that constrain the output."""
+naming it, which the server answers with a 4xx): the JSON body itself, numbers in their range, stop strings,
+logit_bias, ignore_eos, and the response formats and grammars that constrain the output."""
 from __future__ import annotations
 
 import asyncio

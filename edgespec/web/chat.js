@@ -159,7 +159,8 @@ function moveTo(state, id, now = Date.now()) {
     open = earlier.splice(i, 1)[0];
   }
   if (state.messages.length) {
-    earlier.unshift({id: state.id || newId(now), title: chatTitle(state.messages), updated: now, messages: state.messages});
+    earlier.unshift({id: state.id || newId(now), title: chatTitle(state.messages), updated: now,
+                     messages: state.messages});
   }
   return {id: open.id, messages: open.messages, earlier};
 }
@@ -242,7 +243,8 @@ function start() {
         save();
         render();
       };
-      const older = button("‹", "The version before", to(m.shown - 1)), newer = button("›", "The next version", to(m.shown + 1));
+      const older = button("‹", "The version before", to(m.shown - 1));
+      const newer = button("›", "The next version", to(m.shown + 1));
       older.disabled = m.shown === 0;
       newer.disabled = m.shown === n - 1;
       row.append(older, el("span", "version", `${m.shown + 1}/${n}`), newer);

@@ -43,6 +43,7 @@ function inline(text) {
   return out;
 }
 
+const RULE_ROW = /^ *\|? *:?-{2,}:? *(\| *:?-{2,}:? *)*\|? *$/;  // a table's line under its head
 const cells = (line) => line.trim().replace(/^\|/, "").replace(/\|$/, "").split("|").map((c) => inline(c.trim()));
 
 /* Prose in blocks: {b: "p" | "quote", kids} (lines kept), {b: "h", level, kids}, {b: "ul" | "ol", start, items},
@@ -63,8 +64,7 @@ function blocks(text) {
     } else if ((m = /^ {0,3}(#{1,6})\s+(.*?)\s*#*\s*$/.exec(line))) {
       end();
       out.push({b: "h", level: m[1].length, kids: inline(m[2])});
-    } else if (line.includes("|") && i + 1 < lines.length && /^ *\|? *:?-{2,}:? *(\| *:?-{2,}:? *)*\|? *$/.test(lines[i + 1])
-               && lines[i + 1].includes("-")) {
+    } else if (line.includes("|") && i + 1 < lines.length && RULE_ROW.test(lines[i + 1])) {
       end();
       const table = {b: "table", head: cells(line), rows: []};
       for (i += 2; i < lines.length && lines[i].includes("|") && lines[i].trim(); i++) table.rows.push(cells(lines[i]));
@@ -98,7 +98,9 @@ function blocks(text) {
   }
   return out.map((b) => {
     if (b.b === "p" || b.b === "quote") return {b: b.b, kids: inline(b.text.join("\n"))};
-    if (b.b === "ul" || b.b === "ol") return {...b, items: b.items.map((it) => ({depth: it.depth, kids: inline(it.text)}))};
+    if (b.b === "ul" || b.b === "ol") {
+      return {...b, items: b.items.map((it) => ({depth: it.depth, kids: inline(it.text)}))};
+    }
     return b;
   });
 }
