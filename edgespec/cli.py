@@ -12,7 +12,7 @@ from . import __version__, default_model
 from .errors import Terminated
 from .options import (ENGINE_PARAMS, chosen, note_context, note_gpu_layers, note_template, text_arg, chat_template,
                       choose_models, constraint_of, constraint_options, engine_options, kv_cache_of, load_engine,
-                      sampling_of)
+                      read_text, sampling_of)
 
 EXAMPLES = """
 \b
@@ -99,7 +99,8 @@ def settable_options() -> dict[str, click.Parameter]:
 
 @cli.command(epilog=EXAMPLES)
 @engine_options
-@click.option("--prompt", "-p", required=True, help="Prompt text, or - to read it from standard input.")
+@click.option("--prompt", "-p", help="Prompt text, or - to read it from standard input.")
+@click.option("--file", "-f", "prompt_file", metavar="FILE", help="Read the prompt from this file (llama.cpp's -f).")
 @click.option("--chat", "use_chat", is_flag=True,
               help="Wrap the prompt in the model's own chat template (its text stays text: never control tokens).")
 @click.option("--system", help="System message (with --chat).")
@@ -107,12 +108,18 @@ def settable_options() -> dict[str, click.Parameter]:
                                "(a model with FIM tokens: Qwen2.5-Coder, CodeLlama, StarCoder2...).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object: text, tokens, finish_reason, stats.")
 @constraint_options
-def generate(prompt, use_chat, system, suffix, as_json, grammar_file, json_schema, json_object, **opts) -> None:
+def generate(prompt, prompt_file, use_chat, system, suffix, as_json, grammar_file, json_schema, json_object,
+             **opts) -> None:
     """Generate one completion and exit.
 
     Without --chat the prompt is the model's input as written: text such as <|im_end|> in it is that control
     token, as in llama.cpp. With --chat it is a message, and always literal text."""
-    if prompt == "-":
+    if (prompt is None) == (prompt_file is None):
+        raise click.UsageError("give the prompt once: -p TEXT, -p - (standard input) or -f FILE" if prompt_file
+                               else "Missing option '--prompt' / '-p' (the prompt; or -f FILE to read it from a file)")
+    if prompt_file is not None:
+        prompt = read_text(prompt_file, "prompt file")
+    elif prompt == "-":
         prompt = sys.stdin.read()
     prompt = text_arg(prompt, "the prompt")
     if system is not None:

@@ -301,13 +301,13 @@ def constraint_of(grammar_file: str | None, json_schema: str | None, json_object
     if json_object:
         constraint = Constraint.json_object()
     elif grammar_file is not None:
-        constraint = Constraint("lark" if grammar_file.endswith(".lark") else "gbnf", _read(grammar_file, "grammar"))
+        constraint = Constraint("lark" if grammar_file.endswith(".lark") else "gbnf", read_text(grammar_file, "grammar"))
     elif json_schema is not None:
         inline = json_schema.lstrip().startswith("{")
         if not inline and not Path(json_schema).exists() and (json_schema.endswith(".json") or "/" in json_schema):
             raise click.BadParameter(f"no file {json_schema} (give a schema file, or the schema itself: '{{...}}')",
                                      param_hint="'--json-schema'")  # a path mistyped, not JSON written wrong
-        text = json_schema if inline or not Path(json_schema).exists() else _read(json_schema, "JSON schema")
+        text = json_schema if inline or not Path(json_schema).exists() else read_text(json_schema, "JSON schema")
         constraint = Constraint("json_schema", text)
     else:
         return None
@@ -315,7 +315,8 @@ def constraint_of(grammar_file: str | None, json_schema: str | None, json_object
     return constraint
 
 
-def _read(path: str, what: str) -> str:
+def read_text(path: str, what: str) -> str:
+    """A UTF-8 file the user named (a grammar, a schema, a prompt), or one line that says why it cannot be read."""
     try:
         with open(path, encoding="utf-8") as f:
             return f.read()
