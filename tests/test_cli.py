@@ -32,13 +32,16 @@ def test_generate_json_speculative_equals_no_spec(tiny_pair):
     assert s["n_drafted"] > 0 and b["stats"]["n_drafted"] == 0
 
 
-def test_prompt_from_stdin_and_streamed_text(tiny_pair):
+def test_prompt_from_stdin_or_a_file_and_streamed_text(tiny_pair, tmp_path):
     r = run("generate", "-m", tiny_pair[0], "-d", tiny_pair[1], "--fixed", "-p", "-", "-n", "10", "-t", "0",
             stdin="Hello world")
     j = run("generate", "-m", tiny_pair[0], "-p", "Hello world", "-n", "10", "-t", "0", "--json")
     assert r.returncode == 0
     assert r.stdout == json.loads(j.stdout)["text"] + "\n"
     assert "tok/s" in r.stderr and "acceptance" in r.stderr
+    (tmp_path / "prompt.txt").write_text("Hello world")
+    f = run("generate", "-m", tiny_pair[0], "-f", tmp_path / "prompt.txt", "-n", "10", "-t", "0")
+    assert f.returncode == 0 and f.stdout == r.stdout
 
 
 def test_more_threads_than_cpus_is_noted_and_the_default_follows_the_cpus_given(tiny_pair, monkeypatch, tmp_path):
