@@ -59,6 +59,14 @@ def note_threads(ctx, param, value):
     return value
 
 
+def note_temperature(ctx, param, value):
+    """A temperature past 2 is said: it samples close to at random, and llama.cpp's users type -t for threads."""
+    if value is not None and value > 2:
+        click.echo(f"edgespec: note: a temperature of {value:g} samples close to at random (-t is the temperature "
+                   f"here; the CPU threads are --threads)", err=True)
+    return value
+
+
 def _split(ctx, param, value):
     if value is None:
         return ()
@@ -120,20 +128,22 @@ def kv_cache_of(opts: dict) -> tuple[str, str]:
 
 ENGINE_OPTIONS = [
     _option("--model", "-m", metavar="GGUF", help="Target model. Default: the embedded SmolLM2-135M-Instruct."),
-    _option("--draft", "-d", metavar="GGUF", help="Draft model (same vocabulary as the target)."),
+    _option("--draft", "-d", "--model-draft", "-md", metavar="GGUF",
+            help="Draft model (same vocabulary as the target)."),
     _option("--lookup", is_flag=True,
                  help="Prompt-lookup drafting (copies from the prompt and the text so far; no model). "
                       "With --draft: the hybrid, lookup first and the draft model for the rest."),
     _option("--no-spec", is_flag=True, help="Plain decoding with the target alone (the baseline)."),
-    _option("--max-tokens", "-n", default=None, type=click.IntRange(min=0),
+    _option("--max-tokens", "-n", "--n-predict", default=None, type=click.IntRange(min=0),
                  help="Most tokens to generate (generate: 256; chat: 1024 per reply; serve: per request that "
                       "sets no limit, default up to the context)."),
-    _option("--temperature", "-t", default=0.8, show_default=True, type=Finite(min=0),
-                 help="0 = greedy, identical to the target alone token for token."),
+    _option("--temperature", "-t", "--temp", default=0.8, show_default=True, type=Finite(min=0),
+            callback=note_temperature, help="0 = greedy, identical to the target alone token for token."),
     _option("--top-k", default=40, show_default=True, type=click.IntRange(min=0), help="0 = off."),
     _option("--top-p", default=0.95, show_default=True, type=Finite(0, 1)),
     _option("--min-p", default=0.05, show_default=True, type=Finite(0, 1)),
-    _option("--seed", type=click.IntRange(min=-1), help="Seed for sampling (reproducible runs); -1: a random one."),
+    _option("--seed", "-s", type=click.IntRange(min=-1),
+            help="Seed for sampling (reproducible runs); -1: a random one."),
     _option("--repeat-penalty", default=1.0, show_default=True, type=Finite(min=0, min_open=True),
             help="Divide the logits of tokens seen in the last --repeat-last-n tokens by this (1 = off)."),
     _option("--repeat-last-n", default=64, show_default=True, type=click.IntRange(min=0),

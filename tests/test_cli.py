@@ -102,6 +102,16 @@ def test_bad_option_value_is_a_usage_error(tiny_pair):
             r.stderr.count("\n") == 1, r.stderr
 
 
+def test_llama_cpps_spellings_of_the_options_mean_the_same(tiny_pair):
+    t, d = tiny_pair
+    ours = run("generate", "-m", t, "-d", d, "-p", "Once", "-n", "12", "-t", "0.7", "--seed", "5", "--json")
+    theirs = run("generate", "-m", t, "-md", d, "-p", "Once", "--n-predict", "12", "--temp", "0.7", "-s", "5", "--json")
+    assert ours.returncode == theirs.returncode == 0
+    assert json.loads(ours.stdout)["tokens"] == json.loads(theirs.stdout)["tokens"]
+    hot = run("generate", "-m", t, "-p", "Once", "-n", "2", "-t", "8")  # (llama.cpp's -t is its thread count)
+    assert hot.returncode == 0 and "a temperature of 8 samples close to at random" in hot.stderr
+
+
 def test_generate_with_trees_equals_plain(tiny_pair):
     t, d = tiny_pair
     common = ["generate", "-m", t, "--prompt", "ab ac ad ab ac ad ab ae ab", "-n", "30", "-t", "0", "--json"]
