@@ -11,7 +11,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING
 
-from . import chat, fields, fim, reasoning
+from . import chat, choices, fields, fim, reasoning
 from .batch import MODES, Event, Request
 from .errors import EdgespecError
 from .fields import BadRequest
@@ -82,9 +82,7 @@ def parse(body, state: ServerState, is_chat: bool) -> tuple[Request, dict]:
     engine = state.engine
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
-    n = body.get("n", 1)
-    if n != 1:
-        raise BadRequest("only n = 1 is supported", "n", "unsupported_value")
+    n = fields.number(body, "n", 1, 1, choices.MOST, integer=True)  # (choices.py: n sequences at once)
     tools = _tools(body) if is_chat else None
     constraint = fields.constraint(body)
     if tools is not None and tools.active:
@@ -149,7 +147,7 @@ def parse(body, state: ServerState, is_chat: bool) -> tuple[Request, dict]:
         raise BadRequest("'echo' with 'logprobs' would need the prompt's log-probabilities, which edgespec does not "
                          "compute; ask for one or the other", "echo", "unsupported_value")
     return req, {"stream": stream, "include_usage": include_usage, "chat": is_chat,
-                 "tools": tools is not None and tools.active, "echo": echo, "thinking": thinking}
+                 "tools": tools is not None and tools.active, "echo": echo, "thinking": thinking, "n": n}
 
 
 def parse_as(chat: dict, state: ServerState, names: tuple[tuple[str, str], ...],
@@ -266,6 +264,7 @@ class Answer:
         thinking = how.get("thinking")
         self.thoughts = reasoning.Thoughts(thinking) if thinking is not None else None  # a stream's reasoning
         self._offset = 0  # a stream's: where the next chunk's first token begins in the text (text_offset)
+        self.index, self.grouped = 0, False  # its choice's index; grouped: one of n (choices.Group ends the stream)
 
     def add(self, ev: Event) -> None:
         self.text.append(ev.text)
@@ -288,7 +287,8 @@ class Answer:
 
     def body(self, last: Event) -> dict:
         text = "".join(self.text)
-        choice = {"index": 0, "logprobs": self._logprobs_block(self.logprobs), "finish_reason": _finish(last.finish_reason)}
+        choice = {"index": self.index, "logprobs": self._logprobs_block(self.logprobs),
+                  "finish_reason": _finish(last.finish_reason)}
         if self.how["chat"]:
             thought, text = ("", text) if self.thoughts is None else reasoning.split(text, self.how["thinking"])
             choice["message"] = {"role": "assistant", "content": text}
@@ -312,7 +312,7 @@ class Answer:
         entries = []
         if ev is not None and ev.logprob is not None:
             entries = [_token_entry(self.state.engine.model, ev.token, ev.logprob, ev.top)]
-        choice = {"index": 0, "logprobs": self._logprobs_block(entries, self._offset) if ev is not None else None,
+        choice = {"index": self.index, "logprobs": self._logprobs_block(entries, self._offset) if ev is not None else None,
                   "finish_reason": _finish(last.finish_reason) if last is not None else None}
         self._offset += sum(len(e["token"]) for e in entries)
         text = ev.text if ev is not None else ""
@@ -360,14 +360,16 @@ class Answer:
         if ev.error:
             yield sse({"error": {"message": f"generation failed: {ev.error}", "type": "server_error"}})
         yield sse(self.chunk(None, last=ev))
-        yield from self.tail(ev.stats)
+        if not self.grouped:
+            yield from self.tail(ev.stats)
 
-    def tail(self, stats=None):
-        """What an OpenAI stream ends with: the usage chunk when asked for, and [DONE]."""
+    def tail(self, stats=None, total: dict | None = None):
+        """What an OpenAI stream ends with: the usage chunk when asked for (total: n choices' together), and
+        [DONE]."""
         if self.how["include_usage"]:
             yield sse({"id": self.id, "object": "chat.completion.chunk" if self.how["chat"] else "text_completion",
                        "created": self.created, "model": self.state.model_id, "choices": [],
-                       "usage": usage(self.req, self.n_out, stats)})
+                       "usage": total or usage(self.req, self.n_out, stats)})
         yield "data: [DONE]\n\n"
 
 

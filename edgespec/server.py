@@ -29,7 +29,7 @@ from starlette.routing import Route
 from .batch import BatchEngine, Event, QueueFull
 from .errors import ContextOverflowError, EdgespecError
 from .listening import listen
-from . import anthropic_api, fields, llama_api, ollama_api, prometheus, responses_api, webui
+from . import anthropic_api, choices, fields, llama_api, ollama_api, prometheus, responses_api, webui
 from .openai_api import Answer, BadRequest, parse
 from .request_log import RequestLog, generation
 from .sampling import SamplingConfig
@@ -99,11 +99,20 @@ def create_app(state: ServerState) -> Starlette:
 
         def admit():  # tokenizing a long prompt, compiling a grammar: work kept off the event loop
             req, how = read_body(body, state)
-            req.on_event = lambda ev: loop.call_soon_threadsafe(events.put_nowait, ev)
-            return req, how, state.engine.submit(req)
+            reqs, handles = choices.copies(req, how.get("n", 1)), []
+            for i, r in enumerate(reqs):
+                r.on_event = lambda ev, i=i: loop.call_soon_threadsafe(events.put_nowait, (i, ev))
+            try:
+                for r in reqs:
+                    handles.append(state.engine.submit(r))
+            except BaseException:
+                for h in handles:
+                    h.cancel()
+                raise
+            return reqs, how, handles
 
         try:
-            req, how, handle = await asyncio.to_thread(admit)
+            reqs, how, handles = await asyncio.to_thread(admit)
         except BadRequest as e:
             return error(str(e), e.status, e.param, e.code)
         except ContextOverflowError as e:
@@ -113,50 +122,45 @@ def create_app(state: ServerState) -> Starlette:
             return error(f"{e}; try again later", 503, code="server_busy")
         except EdgespecError as e:
             return error(str(e), 400)
-        answer = render(state, req, how)
+        group = choices.Group([render(state, r, how) for r in reqs], handles)
         if how["stream"]:
-            return StreamingResponse(_stream(request, answer, events, handle), media_type=answer.MEDIA,
+            return StreamingResponse(_stream(request, group, events), media_type=group.answers[0].MEDIA,
                                      headers={"Cache-Control": "no-cache"})
         finished = False
         try:
-            while True:
+            while not group.done:
                 try:
-                    ev = await asyncio.wait_for(events.get(), timeout=0.5)
+                    i, ev = await asyncio.wait_for(events.get(), timeout=0.5)
                 except asyncio.TimeoutError:
                     if await request.is_disconnected():
-                        return Response(status_code=499)  # nobody to answer: the finally frees the sequence
+                        return Response(status_code=499)  # nobody to answer: the finally frees the sequences
                     continue
-                answer.add(ev)
-                if ev.finish_reason is None:
-                    continue
-                finished = True
-                request.state.generated = generation(len(req.prompt), ev.stats)
-                if ev.error:
-                    return error(f"generation failed: {ev.error}", 500)
-                return JSONResponse(answer.body(ev))
+                group.add(i, ev)
+            finished, last = True, group.final
+            request.state.generated = generation(len(reqs[0].prompt), last.stats) + group.note()
+            if last.error:
+                return error(f"generation failed: {last.error}", 500)
+            return JSONResponse(group.body())
         finally:
             if not finished:
-                handle.cancel()
+                group.cancel()
 
-    async def _stream(request, answer: Answer, events: asyncio.Queue, handle):
-        done = False
+    async def _stream(request, group: choices.Group, events: asyncio.Queue):
         try:
-            for frame in answer.frames(None):
+            for frame in group.opening():
                 yield frame
-            while True:
-                ev = await events.get()
-                answer.add(ev)
-                for frame in answer.frames(ev):
+            while not group.done:
+                i, ev = await events.get()
+                group.add(i, ev)
+                for frame in group.frames(i, ev):
                     yield frame
-                if ev.finish_reason is not None:
-                    done = True
-                    request.state.generated = f"generation failed: {ev.error}" if ev.error else \
-                        generation(len(answer.req.prompt), ev.stats)
-                    return
+            last = group.final
+            request.state.generated = f"generation failed: {last.error}" if last.error else \
+                generation(len(group.answers[0].req.prompt), last.stats) + group.note()
         finally:
-            if not done:  # the client went away mid-stream: free its sequence at the next step
-                handle.cancel()
-                request.state.generated = f"the client left the stream after {answer.n_out} tokens"
+            if not group.done:  # the client went away mid-stream: free its sequences at the next step
+                group.cancel()
+                request.state.generated = f"the client left the stream after {group.n_out()} tokens"
 
     def _auth(request: HttpRequest) -> Response | None:
         if state.api_key and request.headers.get("authorization") != f"Bearer {state.api_key}" \

@@ -167,7 +167,8 @@ def test_completions_logprobs_in_openais_legacy_shape_streamed_or_not(server, re
     ({"messages": [{"role": "user", "content": "hi"}], "temperature": "hot"}, 400, None, "temperature"),
     ({"messages": [{"role": "user", "content": "hi"}], "temperature": 9}, 400, None, "temperature"),
     ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": -1}, 400, None, "max_tokens"),
-    ({"messages": [{"role": "user", "content": "hi"}], "n": 2}, 400, "unsupported_value", "n"),
+    ({"messages": [{"role": "user", "content": "hi"}], "n": 17}, 400, None, "n"),
+    ({"messages": [{"role": "user", "content": "hi"}], "n": 0}, 400, None, "n"),
     ({"messages": [{"role": "user", "content": "hi"}], "stop": [1]}, 400, None, "stop"),
     ({"messages": [{"role": "user", "content": "hi"}], "seed": "x"}, 400, None, "seed"),
     ({"messages": [{"role": "user", "content": "hi"}], "stream": "yes"}, 400, None, "stream"),
@@ -403,6 +404,38 @@ def test_unknown_fields_are_ignored_and_unknown_routes_are_json(server):
     missing = httpx.post(server.url + "/v1/embeddings", json={"input": "x"})  # a route of the API it does not serve
     assert missing.status_code == 404 and "/v1/chat/completions" in missing.json()["error"]["message"]
     assert httpx.get(server.url + "/v1/chat/completions").status_code == 405
+
+
+def test_n_choices_each_equal_a_request_of_its_own(server, reference):
+    """OpenAI's n: n sequences at once. Greedy, every choice is the target's own text; seeded sampling gives choice i
+    what a request with seed + i gives alone; streamed, the chunks carry their choice's index and one usage chunk
+    counts the prompt once; more choices than sequences wait their turn."""
+    client = server.client()
+    prompt = [{"role": "user", "content": "Tell me about the sea."}]
+    greedy = client.chat.completions.create(model="x", messages=prompt, max_tokens=16, temperature=0, n=3)
+    alone = client.chat.completions.create(model="x", messages=prompt, max_tokens=16, temperature=0)
+    assert [c.index for c in greedy.choices] == [0, 1, 2]
+    assert {c.message.content for c in greedy.choices} == {alone.choices[0].message.content}
+    assert greedy.usage.prompt_tokens == alone.usage.prompt_tokens
+    assert greedy.usage.completion_tokens == 3 * alone.usage.completion_tokens
+    seeded = client.completions.create(model="x", prompt="Once upon a time", max_tokens=12, temperature=1.0, seed=40,
+                                       n=5, extra_body={"speculative": {"mode": "draft"}})  # (5: past --parallel)
+    for i, c in enumerate(seeded.choices):
+        own = client.completions.create(model="x", prompt="Once upon a time", max_tokens=12, temperature=1.0,
+                                        seed=40 + i, extra_body={"speculative": {"mode": "draft"}})
+        assert c.index == i and c.text == own.choices[0].text, i
+    assert len({c.text for c in seeded.choices}) > 1
+    texts, finishes, usage = ["", ""], [None, None], []
+    for chunk in client.chat.completions.create(model="x", messages=prompt, max_tokens=10, temperature=0, n=2,
+                                                stream=True, stream_options={"include_usage": True}):
+        if chunk.usage:
+            usage.append(chunk.usage)
+        for c in chunk.choices:
+            texts[c.index] += c.delta.content or ""
+            finishes[c.index] = c.finish_reason or finishes[c.index]
+    alone = client.chat.completions.create(model="x", messages=prompt, max_tokens=10, temperature=0)
+    assert texts == [alone.choices[0].message.content] * 2 and finishes == ["length"] * 2
+    assert len(usage) == 1 and usage[0].completion_tokens == 2 * alone.usage.completion_tokens
 
 
 def test_a_body_past_the_limit_is_refused_before_it_is_read_whole(server):
