@@ -234,11 +234,18 @@ class MessageAnswer(TypedAnswer):
         out = {"id": self.id, "type": "message", "role": "assistant", "model": self.state.model_id,
                "content": self.blocks if last is not None else [], "stop_reason": stop_reason,
                "stop_sequence": last and last.stop_word,
-               "usage": {"input_tokens": len(self.req.prompt), "output_tokens": self.n_out,
-                         "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}
+               "usage": self._usage(last)}
         if last is not None and last.stats:
             out["timings"] = timings(last.stats)
         return out
+
+    def _usage(self, last: Event | None) -> dict:
+        """Anthropic's usage: the prompt's tokens found in the cache (known once it was read) are
+        cache_read_input_tokens, the rest input_tokens; the two add up to the prompt."""
+        n_in = len(self.req.prompt)
+        cached = max(0, n_in - last.stats.n_prompt_evaluated) if last is not None and last.stats else 0
+        return {"input_tokens": n_in - cached, "output_tokens": self.n_out, "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": cached}
 
     def _opening(self) -> list[dict]:
         return [{"type": "message_start", "message": self._message(None, None)}, {"type": "ping"}]
@@ -248,4 +255,4 @@ class MessageAnswer(TypedAnswer):
             return [{"type": "error", "error": {"type": "api_error", "message": f"generation failed: {last.error}"}}]
         return [{"type": "message_delta", "delta": {"stop_reason": self.final["stop_reason"],
                                                     "stop_sequence": self.final["stop_sequence"]},
-                 "usage": {"output_tokens": self.n_out}}, {"type": "message_stop"}]
+                 "usage": self.final["usage"]}, {"type": "message_stop"}]  # (cumulative, as Anthropic's)

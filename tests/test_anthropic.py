@@ -79,12 +79,13 @@ def test_a_message_is_the_chat_completion_it_means(server, mode):
                                    extra_body={**GREEDY, "speculative": {"mode": mode, "draft_max": 4}})
         assert [b.type for b in m.content] == ["text"] and m.content[0].text == want.choices[0].message.content
         assert m.type == "message" and m.role == "assistant" and m.id.startswith("msg_")
-        assert m.usage.input_tokens == want.usage.prompt_tokens
+        assert m.usage.input_tokens + m.usage.cache_read_input_tokens == want.usage.prompt_tokens
+        assert m.usage.cache_read_input_tokens > 0  # (the same prompt was just read for `want`)
         assert m.usage.output_tokens == want.usage.completion_tokens
         assert m.stop_reason == {"stop": "end_turn", "length": "max_tokens"}[want.choices[0].finish_reason]
         count = client.messages.count_tokens(model="x", system="Be terse.",
                                              messages=[{"role": "user", "content": prompt}])
-        assert count.input_tokens == m.usage.input_tokens
+        assert count.input_tokens == want.usage.prompt_tokens
 
 
 def test_a_stream_adds_up_to_the_message_in_one_piece(server):
@@ -97,6 +98,9 @@ def test_a_stream_adds_up_to_the_message_in_one_piece(server):
             final = stream.get_final_message()
         assert text == final.content[0].text == whole.content[0].text
         assert final.stop_reason == whole.stop_reason and final.usage.output_tokens == whole.usage.output_tokens
+        assert final.usage.cache_read_input_tokens > 0  # (message_delta's usage is cumulative: input and cache too)
+        assert final.usage.input_tokens + final.usage.cache_read_input_tokens == \
+            whole.usage.input_tokens + whole.usage.cache_read_input_tokens
     # on the wire: Anthropic's named events in their order
     with httpx.stream("POST", server.url + "/v1/messages", timeout=60,
                       json={"max_tokens": 5, "messages": [{"role": "user", "content": PROMPTS[0]}], "stream": True,
@@ -174,7 +178,7 @@ def test_tool_use_is_the_chat_endpoints_and_validates(server, choice):
                      + [{"role": "tool", "tool_call_id": b.id, "content": "21"} for b in m.content],
                      tools=TOOLS, tool_choice="none", max_tokens=8)
         assert after.content[0].text == want.choices[0].message.content
-        assert after.usage.input_tokens == want.usage.prompt_tokens
+        assert after.usage.input_tokens + after.usage.cache_read_input_tokens == want.usage.prompt_tokens
 
 
 @pytest.mark.parametrize("body,status,param", [
