@@ -1,10 +1,11 @@
-"""`edgespec serve`: the OpenAI HTTP API over the BatchEngine: routes, authentication, the hand-over of requests to
-the scheduler thread and of events back to the client, and the server's life from load to a clean stop. Each wire
-format has its own module: openai_api.py (chat and text completions), responses_api.py (OpenAI's Responses API),
+"""`edgespec serve`: the OpenAI HTTP API over the BatchEngine: routes, authentication, the hand-over of requests to the
+scheduler thread and of events back to the client, and the server's life from load to a clean stop. Each wire format
+has its own module: openai_api.py (chat and text completions), responses_api.py (OpenAI's Responses API),
 anthropic_api.py (Anthropic's Messages API), ollama_api.py (Ollama's /api), llama_api.py (llama-server's /completion,
 /infill, /tokenize, /detokenize and /props, which editors' plugins and UIs call); prometheus.py writes /metrics and
-request_log.py a line per request. Every bad request is an OpenAI-style error body with a 4xx (in Anthropic's and
-Ollama's shapes on their routes). A browser at / gets a chat page (webui.py).
+request_log.py a line per request; choices.py merges OpenAI's n answers of one request. Every bad request is an
+OpenAI-style error body with a 4xx (in Anthropic's and Ollama's shapes on their routes). A browser at / gets a chat
+page (webui.py).
 
 Extensions beyond OpenAI's fields: `top_k`, `min_p`, `speculative: {"mode": "auto"|"off"|"draft"|"lookup"|"hybrid",
 "draft_max": K}`, and llama-server's `timings` in every response.
