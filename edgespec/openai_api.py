@@ -312,7 +312,8 @@ class Answer:
         entries = []
         if ev is not None and ev.logprob is not None:
             entries = [_token_entry(self.state.engine.model, ev.token, ev.logprob, ev.top)]
-        choice = {"index": self.index, "logprobs": self._logprobs_block(entries, self._offset) if ev is not None else None,
+        choice = {"index": self.index,
+                  "logprobs": self._logprobs_block(entries, self._offset) if ev is not None else None,
                   "finish_reason": _finish(last.finish_reason) if last is not None else None}
         self._offset += sum(len(e["token"]) for e in entries)
         text = ev.text if ev is not None else ""

@@ -311,7 +311,8 @@ def constraint_of(grammar_file: str | None, json_schema: str | None, json_object
     if json_object:
         constraint = Constraint.json_object()
     elif grammar_file is not None:
-        constraint = Constraint("lark" if grammar_file.endswith(".lark") else "gbnf", read_text(grammar_file, "grammar"))
+        kind = "lark" if grammar_file.endswith(".lark") else "gbnf"
+        constraint = Constraint(kind, read_text(grammar_file, "grammar"))
     elif json_schema is not None:
         inline = json_schema.lstrip().startswith("{")
         if not inline and not Path(json_schema).exists() and (json_schema.endswith(".json") or "/" in json_schema):

@@ -48,7 +48,8 @@ def test_the_wheel_carries_the_presets(wheel_venv):
     wheel, venv = wheel_venv
     names = zipfile.ZipFile(wheel).namelist()
     assert "edgespec/models/presets.json" in names and "edgespec/workloads.json" in names
-    assert {"edgespec/web/index.html", "edgespec/web/chat.js", "edgespec/web/markdown.js"} <= set(names)  # (serve's page)
+    page = {"edgespec/web/index.html", "edgespec/web/chat.js", "edgespec/web/markdown.js"}  # (serve's chat page)
+    assert page <= set(names)
     where = subprocess.run([venv / "bin" / "python", "-c", "import edgespec; print(edgespec.__file__)"],
                            capture_output=True, text=True, cwd=venv).stdout
     assert where.startswith(str(venv)), where  # the installed copy, not this checkout

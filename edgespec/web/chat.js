@@ -407,7 +407,8 @@ function start() {
   $("new").addEventListener("click", () => { if (state.messages.length) move(null); });
   chats.addEventListener("change", () => { if (chats.value) move(chats.value); else render(); });
   $("delete").addEventListener("click", () => {
-    if (controller || !state.messages.length || !confirm("Delete this conversation? It cannot be brought back.")) return;
+    if (controller || !state.messages.length) return;
+    if (!confirm("Delete this conversation? It cannot be brought back.")) return;
     state.messages = [];
     move(state.earlier.length ? state.earlier[0].id : null);
   });
