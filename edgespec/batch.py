@@ -170,13 +170,15 @@ class BatchEngine:
         t2 = time.perf_counter()
         items = [(g.slot, [g.seq[-1], *g.proposal], range(1 + len(g.proposal))) for g in gens]
         rows = sum(len(tokens) for _, tokens, _ in items)
-        chunks = self._prompt_chunks([g for _, g in live if g.pending], self.target.n_batch - rows)
+        filling = [(h, g) for h, g in live if g.pending]
+        chunks = self._prompt_chunks([g for _, g in filling], self.target.n_batch - rows)
         logits = self.target.decode(items + [(g.slot, chunk, ()) for g, chunk in chunks])
         t3 = time.perf_counter()
-        for g, chunk in chunks:
+        for (handle, _), (g, chunk) in zip(filling, chunks):
             del g.pending[:len(chunk)]
             if not g.pending:
                 g.stats.prompt_s = t3 - g.started  # from joining to its prompt's last step
+            self._progress(handle, g)
         if not chunks:  # prompt rows would make it a prefill's timing, not a verify's
             self.cost.observe_verify(rows, t3 - t2)
         self.metrics["steps"] += 1
@@ -220,6 +222,8 @@ class BatchEngine:
                 g.stats.n_prompt_evaluated = len(g.seq) - keep  # (that last one included, as Engine counts)
                 self.metrics["prompt_tokens"] += len(g.seq)
                 self._active.append((handle, g))
+                if not g.pending:  # (all of it in the cache already: read by its first step)
+                    self._progress(handle, g)
                 if handle.req.max_tokens <= 0:  # nothing to write (its first step would write a token regardless)
                     self._end(handle, g, "length")
 
@@ -305,6 +309,14 @@ class BatchEngine:
         self.metrics[f"finished_{finish}"] += 1
         tail = "" if error else g.text.flush()
         self._emit(handle, Event(tail, finish_reason=finish, stats=g.stats, error=error, stop_word=g.text.stopped_by))
+
+    def _progress(self, handle: Handle, g: Generation) -> None:
+        """Where the request asked (llama-server's return_progress): how far its prompt's reading has come. The last
+        prompt token is read by the first step, with the drafts: counted read once the rest is."""
+        if handle.req.progress:
+            total = len(g.seq)
+            self._emit(handle, Event("", progress=(total - len(g.pending) - (1 if g.pending else 0), total,
+                                                   total - g.stats.n_prompt_evaluated, time.perf_counter() - g.started)))
 
     @staticmethod
     def _emit(handle: Handle, event: Event) -> None:

@@ -40,6 +40,8 @@ class Group:
         return next((ev for ev in self.last if ev is not None and ev.error), None) or self._latest
 
     def add(self, i: int, ev: Event) -> None:
+        if ev.progress is not None:
+            return  # (the prompt's reading: shown by frames(), nothing of the answer)
         self.answers[i].add(ev)
         if ev.finish_reason is not None:
             self.last[i], self._latest = ev, ev

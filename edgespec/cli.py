@@ -10,6 +10,7 @@ import click
 
 from . import __version__, default_model
 from .errors import Terminated
+from .progress import PromptProgress
 from .options import (ENGINE_PARAMS, chosen, note_context, note_gpu_layers, note_template, text_arg, chat_template,
                       choose_models, constraint_of, constraint_options, engine_options, kv_cache_of, load_engine,
                       read_text, sampling_of)
@@ -100,7 +101,8 @@ def settable_options() -> dict[str, click.Parameter]:
 @cli.command(epilog=EXAMPLES)
 @engine_options
 @click.option("--prompt", "-p", help="Prompt text, or - to read it from standard input.")
-@click.option("--file", "-f", "prompt_file", metavar="FILE", help="Read the prompt from this file (llama.cpp's -f).")
+@click.option("--file", "-f", "prompt_file", metavar="FILE",
+              help="Read the prompt from this file (llama.cpp's -f); - reads standard input.")
 @click.option("--chat", "use_chat", is_flag=True,
               help="Wrap the prompt in the model's own chat template (its text stays text: never control tokens).")
 @click.option("--system", help="System message (with --chat).")
@@ -117,9 +119,9 @@ def generate(prompt, prompt_file, use_chat, system, suffix, as_json, grammar_fil
     if (prompt is None) == (prompt_file is None):
         raise click.UsageError("give the prompt once: -p TEXT, -p - (standard input) or -f FILE" if prompt_file
                                else "Missing option '--prompt' / '-p' (the prompt; or -f FILE to read it from a file)")
-    if prompt_file is not None:
+    if prompt_file is not None and prompt_file != "-":
         prompt = read_text(prompt_file, "prompt file")
-    elif prompt == "-":
+    elif "-" in (prompt, prompt_file):
         prompt = sys.stdin.read()
     prompt = text_arg(prompt, "the prompt")
     if system is not None:
@@ -146,8 +148,10 @@ def generate(prompt, prompt_file, use_chat, system, suffix, as_json, grammar_fil
 
 def _run(engine, tokens, sampling, max_tokens, stop, as_json, constraint=None) -> None:
     text, ids, result = [], [], None
+    reading = PromptProgress()
     try:
-        for r in engine.stream(tokens, max_tokens=max_tokens, sampling=sampling, stop=stop, constraint=constraint):
+        for r in engine.stream(tokens, max_tokens=max_tokens, sampling=sampling, stop=stop, constraint=constraint,
+                               prompt_progress=reading):
             text.append(r.text)
             if r.token is not None:
                 ids.append(r.token)
@@ -156,12 +160,15 @@ def _run(engine, tokens, sampling, max_tokens, stop, as_json, constraint=None) -
             result = r.result
     except (KeyboardInterrupt, Terminated) as e:
         # Keep what was generated: finish the line (or the JSON) and say it was stopped.
+        reading.clear()
         why = "interrupted" if isinstance(e, KeyboardInterrupt) else "terminated"
         if as_json:
             click.echo(json.dumps({"text": "".join(text), "tokens": ids, "finish_reason": why, "stats": None}))
         else:
             click.echo("")
         raise
+    finally:
+        reading.clear()  # (before the error's line, where one follows)
     for note in engine.notes:
         click.echo(f"edgespec: note: {note}", err=True)
     if as_json:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -84,16 +84,9 @@ class Engine:
         target: str | os.PathLike,
         draft: str | os.PathLike | None = None,
         *,
-        n_ctx: int = DEFAULT_CTX,
-        n_threads: int | None = None,
-        n_gpu_layers: int = 0,
-        draft_n_ctx: int | None = None,
-        draft_n_gpu_layers: int | None = None,
-        draft_n_threads: int | None = None,
-        draft_p_min: float = 0.0,
-        lookup: bool = False,
-        draft_max: int = DEFAULT_DRAFT_MAX,
-        adaptive: bool = True,
+        n_ctx: int = DEFAULT_CTX, n_threads: int | None = None, n_gpu_layers: int = 0,
+        draft_n_ctx: int | None = None, draft_n_gpu_layers: int | None = None, draft_n_threads: int | None = None,
+        draft_p_min: float = 0.0, lookup: bool = False, draft_max: int = DEFAULT_DRAFT_MAX, adaptive: bool = True,
         tree_width: int = 1, rpc: Sequence[str] = (), draft_rpc: Sequence[str] = (), tensor_split: Sequence[float] = (),
         output_here: bool = False, kv_cache: str | Sequence[str] = "f16",
     ) -> "Engine":
@@ -152,6 +145,7 @@ class Engine:
         proposer: Proposer | None = None,
         constraint: Constraint | None = None,
         tree_width: int | None = None,
+        prompt_progress: Callable[[int, int, int], None] | None = None,
     ) -> Iterator[Response]:
         """Yield a Response per generated token as soon as it is accepted, then one with the result.
 
@@ -160,7 +154,9 @@ class Engine:
         decodes one token per target call: the baseline. constraint: the output must match a grammar or JSON
         schema (edgespec.Constraint); checked before anything is decoded. With a constraint, speculation also
         proposes the tokens the grammar forces, free. tree_width: this call's in place of the engine's (at most the
-        engine's context allows).
+        engine's context allows). prompt_progress(processed, total, cached), if given, is called as the prompt is
+        read, after each batch of it: how many of its tokens the cache holds, of how many, and how many of those it
+        held already (a conversation's earlier turns); as llama-server's return_progress.
         """
         self._check_open()
         seq = list(self.tokenize(prompt) if isinstance(prompt, str) else prompt)
@@ -179,6 +175,8 @@ class Engine:
         stop = [stop] if isinstance(stop, str) else list(stop)
         if not all(isinstance(s, str) for s in stop):
             raise InvalidArgument("stop must be a string or a list of strings")
+        if prompt_progress is not None and not callable(prompt_progress):
+            raise InvalidArgument(f"prompt_progress must be a function, got {type(prompt_progress).__name__}")
         if constraint is not None and not isinstance(constraint, Constraint):
             raise InvalidArgument(f"constraint must be an edgespec.Constraint, got {type(constraint).__name__}")
         grammar = Grammar(constraint, self.model.constraint_tokenizer(), self.model.n_vocab) if constraint else None
@@ -199,7 +197,7 @@ class Engine:
             # Where drafting has set-up work (the draft model reading the prompt, timing the target), the first
             # token comes from a plain round and that work follows it: the wait for it is the target's alone.
             later = chain is not None and (chain.reads_prompt or self._drafting.needs_costs(chain))
-            self._prefill(run, begin=not later)
+            self._prefill(run, begin=not later, progress=prompt_progress)
             finish = "length" if max_tokens == 0 else None
             while finish is None:
                 room = self.target.room  # this round decodes seq[-1] and k drafts: k + 1 cells
@@ -225,12 +223,14 @@ class Engine:
         if self.closed:
             raise EdgespecError("this engine is closed; load a new one with edgespec.Engine.load")
 
-    def _prefill(self, run: "_Run", begin: bool = True) -> None:
+    def _prefill(self, run: "_Run", begin: bool = True, progress=None) -> None:
         t0 = time.perf_counter()
         # Reuse whatever prefix the cache already holds (a previous turn), read the rest in one batch and keep its
         # last row, the first token's: a decode fewer before the first token than reading seq[-1] in a round of
         # its own (over an rpc-server, a round trip fewer too).
-        run.stats.n_prompt_evaluated, run.first_row = self.target.read(run.seq)
+        total = len(run.seq)
+        run.stats.n_prompt_evaluated, run.first_row = self.target.read(
+            run.seq, None if progress is None else lambda done, cached: progress(done, total, cached))
         self._drafting.decoded_other()
         if run.chain is not None and begin:
             run.chain.begin(run.seq)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from . import fim
 from .errors import ContextOverflowError, EdgespecError
-from .openai_api import Answer, BadRequest, parse as parse_completion, timings
+from .openai_api import Answer, BadRequest, parse as parse_completion, prompt_progress, timings
 from .sequences import Request
 
 OWN = ("input_prefix", "input_suffix", "input_extra", "prompt", "n_predict", "response_fields", "t_max_predict_ms",
@@ -138,6 +138,10 @@ class InfillAnswer(Answer):
 
     def tail(self, stats=None):
         return ()  # (llama-server's own stream ends with its stop chunk, no [DONE])
+
+    def progress(self, ev) -> dict:
+        return {**_select({**self._progress(), "content": "", "stop": False}, self.how["fields"]),
+                "prompt_progress": prompt_progress(ev)}
 
     def chunk(self, ev, first: bool = False, last=None) -> dict | None:
         if first:

@@ -141,8 +141,10 @@ def parse(body, state: ServerState, is_chat: bool) -> tuple[Request, dict]:
         raise BadRequest("'stream' must be true or false", "stream")
     options = body.get("stream_options") or {}
     include_usage = bool(isinstance(options, dict) and options.get("include_usage"))
+    if not isinstance(body.get("return_progress", False), bool):
+        raise BadRequest("'return_progress' must be true or false", "return_progress")
     req = Request(list(tokens), max_tokens, sampling, fields.stop(body), mode, draft_max, logprobs,
-                  constraint=constraint)
+                  constraint=constraint, progress=stream and body.get("return_progress", False))
     if echo and logprobs is not None:
         raise BadRequest("'echo' with 'logprobs' would need the prompt's log-probabilities, which edgespec does not "
                          "compute; ask for one or the other", "echo", "unsupported_value")
@@ -230,6 +232,13 @@ def timings(stats) -> dict:
             "predicted_n": n, "predicted_ms": 1000 * gen_s,
             "predicted_per_second": n / gen_s if gen_s else None,
             "draft_n": stats.n_drafted, "draft_n_accepted": stats.n_accepted}
+
+
+def prompt_progress(ev: Event) -> dict:
+    """llama-server's prompt_progress: the prompt's tokens, those found in the cache, those read (cached ones
+    included), and the milliseconds since the request joined."""
+    processed, total, cached, seconds = ev.progress
+    return {"total": total, "cache": cached, "processed": processed, "time_ms": round(1000 * seconds, 1)}
 
 
 def _token_entry(model, token: int, logprob: float, top: list[tuple[int, float]]) -> dict:
@@ -348,8 +357,19 @@ class Answer:
             out["timings"] = timings(last.stats)
         return out
 
+    def progress(self, ev: Event) -> dict:
+        """llama-server's return_progress chunk: no text, and how far the prompt's reading has come."""
+        choice = {"index": self.index, "logprobs": None, "finish_reason": None,
+                  **({"delta": {}} if self.how["chat"] else {"text": ""})}
+        return {"id": self.id, "object": "chat.completion.chunk" if self.how["chat"] else "text_completion",
+                "created": self.created, "model": self.state.model_id, "choices": [choice],
+                "prompt_progress": prompt_progress(ev)}
+
     def frames(self, ev: Event | None):
         """The server-sent events that show an event of the stream (None: its opening), after add(ev)."""
+        if ev is not None and ev.progress is not None:
+            yield sse(self.progress(ev))
+            return
         if ev is None:
             if (opening := self.chunk(None, first=True)) is not None:
                 yield sse(opening)

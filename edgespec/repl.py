@@ -18,6 +18,7 @@ import click
 from . import reasoning
 from .chat import Conversation
 from .errors import EdgespecError, InvalidArgument, Terminated
+from .progress import PromptProgress
 from .stats import PHASES
 
 HELP = """commands:
@@ -267,22 +268,25 @@ class Repl:
             self.conv.turns.pop()
             return
         out, result = [], None
-        shown = Shown(self.color, self.engine, tokens)
+        shown, reading = Shown(self.color, self.engine, tokens), PromptProgress()
         try:
             for r in self.engine.stream(tokens, max_tokens=self.max_tokens, sampling=self.sampling, stop=self.stop,
-                                        constraint=self.constraint):
+                                        constraint=self.constraint, prompt_progress=reading):
                 if r.text:
                     out.append(r.text)
                     shown.add(r.text, r.from_draft)
                 result = r.result
             shown.end()
         except KeyboardInterrupt:
+            reading.clear()
             click.echo("")
             self.say("(interrupted; the reply so far is kept)")
         except EdgespecError as e:
+            reading.clear()
             click.echo("")
             self.say(f"error: {e} (the reply so far is kept)")
         except (Terminated, Exception):  # the chat ends: the reply so far goes with what run() saves
+            reading.clear()
             click.echo("")
             self.conv.add("assistant", "".join(out))
             raise

@@ -205,7 +205,7 @@ class ReplayContext:
     def room(self) -> int:
         return self.n_ctx - len(self.tokens)
 
-    def decode(self, tokens: Sequence[int], logit_rows: Sequence[int] = ()) -> np.ndarray:
+    def decode(self, tokens: Sequence[int], logit_rows: Sequence[int] = (), progress=None) -> np.ndarray:
         if len(tokens) > self.room:
             raise ContextOverflowError(f"{len(self.tokens) + len(tokens)} tokens do not fit in the "
                                        f"{self.n_ctx}-token context")
@@ -221,6 +221,8 @@ class ReplayContext:
             text = self.oracle.text_of(self.tokens)
             for i, r in enumerate(logit_rows):
                 out[i, self.oracle.next(text, base + r)] = self.oracle.logit(text, base + r, self.model.n_vocab)
+        if progress is not None:
+            progress(len(tokens))
         return out
 
     def truncate(self, n: int) -> None:

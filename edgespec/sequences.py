@@ -44,11 +44,13 @@ class Request:
     # where its first character would be (both a "length", llama-server's limit)
     time_limit_s: float | None = None
     min_indent: int = 0
+    progress: bool = False  # llama-server's return_progress: an event after each step that reads part of the prompt
 
 
 @dataclass
 class Event:
-    """A token (with its text, and log-probabilities when asked), or the end: finish_reason, stats, error."""
+    """A token (with its text, and log-probabilities when asked), the end (finish_reason, stats, error), or how far
+    the prompt's reading has come (progress)."""
 
     text: str
     token: int | None = None
@@ -59,6 +61,8 @@ class Event:
     stats: GenerationStats | None = None
     error: str | None = None
     stop_word: str | None = None  # at the end: the stop string that ended the text, if one did
+    # while the prompt is read (Request.progress): (processed, total, cached, seconds since the request joined)
+    progress: tuple[int, int, int, float] | None = None
 
 
 class Generation:

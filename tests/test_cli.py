@@ -42,6 +42,8 @@ def test_prompt_from_stdin_or_a_file_and_streamed_text(tiny_pair, tmp_path):
     (tmp_path / "prompt.txt").write_text("Hello world")
     f = run("generate", "-m", tiny_pair[0], "-f", tmp_path / "prompt.txt", "-n", "10", "-t", "0")
     assert f.returncode == 0 and f.stdout == r.stdout
+    dash = run("generate", "-m", tiny_pair[0], "-f", "-", "-n", "10", "-t", "0", stdin="Hello world")
+    assert dash.returncode == 0 and dash.stdout == r.stdout  # -f - reads standard input, as -p - does
 
 
 def test_more_threads_than_cpus_is_noted_and_the_default_follows_the_cpus_given(tiny_pair, monkeypatch, tmp_path):
@@ -143,3 +145,27 @@ def test_ctrl_c_keeps_what_was_generated():
     data = json.loads(out)
     assert data["finish_reason"] == "interrupted" and len(data["tokens"]) > 5 and data["text"]
     assert "Traceback" not in err
+
+
+def test_a_long_prompts_reading_is_shown_on_a_terminal_and_erased(monkeypatch):
+    import io
+
+    from edgespec.progress import PromptProgress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    term, piped = Terminal(), io.StringIO()
+    for out in (term, piped):
+        p = PromptProgress(out)
+        p(512, 1400, 0)
+        p(1024, 1400, 0)
+        p(1400, 1400, 0)
+    assert piped.getvalue() == ""  # nothing where standard error is not a terminal
+    shown = term.getvalue()
+    assert "reading the prompt: 512/1,400 tokens (36%)" in shown and "1,024/1,400 tokens (73%)" in shown
+    assert shown.endswith("\r\033[K")  # erased before the reply
+    quiet = Terminal()
+    PromptProgress(quiet)(30, 30, 0)  # a prompt read in one batch: nothing to show
+    assert quiet.getvalue() == ""

@@ -316,3 +316,23 @@ def test_a_kv_cache_type_it_cannot_keep_is_refused_in_words(tiny_pair):
         edgespec.Engine.load(tiny_pair[0], kv_cache="q4_0")  # (coarser types part from plain at clear margins)
     with pytest.raises(edgespec.InvalidArgument, match="multiple of 32 values; target.gguf's hold 16"):
         edgespec.Engine.load(tiny_pair[0], kv_cache=("f16", "q8_0"))
+
+
+def test_prompt_progress_follows_the_reading_of_a_long_prompt_and_changes_nothing(engine):
+    tokens = engine.tokenize("The quick brown fox jumps over the lazy dog. " * 70)[:900]  # two batches of 512
+    calls = []
+    plain = engine.generate(tokens, max_tokens=12, speculative=False)
+    r = engine.generate(tokens, max_tokens=12, prompt_progress=lambda *a: calls.append(a))
+    assert r.tokens == plain.tokens
+    engine.target.clear()
+    calls.clear()
+    r = engine.generate(tokens, max_tokens=12, prompt_progress=lambda *a: calls.append(a))
+    assert r.tokens == plain.tokens
+    assert calls == [(512, 900, 0), (900, 900, 0)]  # after each llama.cpp call: read so far, of, found cached
+    calls.clear()
+    longer = tokens + engine.tokenize(" and more")
+    engine.generate(longer, max_tokens=4, speculative=False, prompt_progress=lambda *a: calls.append(a))
+    kept = calls[0][2]
+    assert kept >= 900 and calls == [(len(longer), len(longer), kept)]  # the cached part counted as such
+    with pytest.raises(edgespec.InvalidArgument, match="prompt_progress must be a function"):
+        engine.generate("hi", prompt_progress=3)

@@ -647,3 +647,38 @@ def test_qwen_f16_served_to_concurrent_clients_equals_the_target_alone():
 
     target, draft = qwen_pair("1.5b-instruct-f16")
     assert _served_together_equal_the_target_alone(target, draft, REAL[:6], ["draft", "auto"], max_tokens=32) > 50
+
+
+def test_return_progress_streams_the_prompts_reading_as_llama_server_does(server, engine):
+    """llama-server's return_progress: chunks with prompt_progress {total, cache, processed, time_ms} and no text
+    while a long prompt is read (clients show it, and take it as a sign of life); the text is as without them."""
+    client = server.client()
+    text = "A slow brown fox naps under the tall oak. " * 20  # several steps of prompt rows, in no cache yet
+    messages = [{"role": "user", "content": text}]
+    chunks = list(client.chat.completions.create(model="x", messages=messages, max_tokens=8, temperature=0,
+                                                 stream=True, extra_body={"return_progress": True}))
+    progress = [c.model_extra["prompt_progress"] for c in chunks if "prompt_progress" in c.model_extra]
+    n = len(engine.tokenize_chat([("user", text)]))
+    assert len(progress) >= 2 and progress[-1]["processed"] == progress[-1]["total"] == n
+    assert progress[0]["processed"] < n and progress[0]["cache"] < n // 2
+    assert [p["processed"] for p in progress] == sorted(p["processed"] for p in progress)
+    assert all(p["cache"] <= p["processed"] and p["time_ms"] >= 0 for p in progress)
+    assert all(c.choices[0].delta.content is None for c in chunks if "prompt_progress" in c.model_extra)
+    plain = client.chat.completions.create(model="x", messages=messages, max_tokens=8, temperature=0)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == plain.choices[0].message.content
+    again = list(client.chat.completions.create(model="x", messages=messages, max_tokens=8, temperature=0,
+                                                stream=True, extra_body={"return_progress": True}))
+    assert "".join(c.choices[0].delta.content or "" for c in again if c.choices) == plain.choices[0].message.content
+    last = [c.model_extra["prompt_progress"] for c in again if "prompt_progress" in c.model_extra][-1]
+    assert last["cache"] > 0  # (its first message's tokens were in a sequence's cache)
+    without = list(client.chat.completions.create(model="x", messages=messages, max_tokens=8, temperature=0,
+                                                  stream=True))
+    assert not any("prompt_progress" in c.model_extra for c in without)
+    body = {"prompt": text + "!", "n_predict": 4, "stream": True, "return_progress": True}
+    with httpx.stream("POST", server.url + "/completion", json=body, timeout=60) as r:
+        frames = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
+    native = [f["prompt_progress"] for f in frames if "prompt_progress" in f]
+    assert native and native[-1]["processed"] == native[-1]["total"]
+    assert all(f["content"] == "" and f["stop"] is False for f in frames if "prompt_progress" in f)
+    bad = httpx.post(server.url + "/v1/completions", json={"prompt": "hi", "return_progress": "yes"}, timeout=30)
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "return_progress"

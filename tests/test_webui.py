@@ -86,6 +86,9 @@ const base = process.argv[3], key = "sesame";
   out.end = await chat.streamChat(fetch, base, body, {apiKey: key, onDelta(c) { text += c; }});
   out.text = text;
   out.stats = chat.statsLine(out.end);
+  out.progress = [];  // a prompt of several batches: how far its reading has come, before the reply
+  await chat.streamChat(fetch, base, {messages: [{role: "user", content: "A slow fox naps. ".repeat(45)}],
+    max_tokens: 2}, {apiKey: key, onDelta() { out.progress.push("text"); }, onProgress(p) { out.progress.push(p); }});
   const refusal = async (b, k) => {
     try { await chat.streamChat(fetch, base, b, {apiKey: k, onDelta() {}}); return null; }
     catch (e) { return [e.message, e.status]; }
@@ -127,6 +130,8 @@ def test_the_pages_script_streams_a_reply_as_the_api_answers_it(keyed, tmp_path)
     assert out["refused"] == ["'messages' must be a non-empty list of {role, content} objects", 400]
     assert out["badKey"][1] == 401 and "API key" in out["badKey"][0]
     assert out["stopped"] == "AbortError"
+    reading = out["progress"][:out["progress"].index("text")]
+    assert len(reading) >= 2 and reading[-1]["processed"] == reading[-1]["total"] > reading[0]["processed"]
     again = keyed.client(api_key="sesame").chat.completions.create(
         model="x", messages=[{"role": "user", "content": "Hello there"}], temperature=0, max_tokens=20)
     assert again.choices[0].message.content == want.choices[0].message.content  # (the stopped stream left no trace)

@@ -147,6 +147,17 @@ const messages = (page) => [...page.d.querySelectorAll(".msg")];
   assert.match(messages(full)[13].querySelector(".stats").textContent,
                /^8 tokens · .* · \d+ earlier messages left out to fit the context$/);
   assert.strictEqual(messages(full)[0].querySelector(".text").textContent.slice(0, 11), "question 0:");
+  // a long prompt's reading shown in the reply's place until the reply comes, then gone
+  const slow = await open(html, JSON.stringify({...long, messages: []}));
+  const seen = [];
+  new slow.w.MutationObserver((records) => records.forEach((r) => r.addedNodes.forEach((n) => {
+    if (n.classList && n.classList.contains("reading")) seen.push(n.textContent);
+  }))).observe(slow.d.getElementById("log"), {childList: true, subtree: true});
+  await send(slow, "A slow fox naps. ".repeat(45));
+  await settled(slow);
+  assert.match(seen[0] || "", /^reading the prompt: \d+ of \d+ tokens \(\d+%\)$/);
+  assert.strictEqual(slow.d.querySelector(".reading"), null);
+  assert.match(messages(slow)[1].querySelector(".stats").textContent, /^8 tokens · /);
   // a server gone: said so, the message back in the box
   const gone = await open(html, null, "http://127.0.0.1:9");
   await send(gone, "anyone there?");
@@ -187,7 +198,7 @@ const messages = (page) => [...page.d.querySelectorAll(".msg")];
   again.w.Storage.prototype.setItem = () => { throw new Error("QuotaExceededError"); };
   set(again, "input", "still typing");
   assert.match(again.d.getElementById("notice").textContent, /storage is full.*delete earlier chats/);
-  assert.deepStrictEqual([...page.errors, ...again.errors, ...reopened.errors], []);
+  assert.deepStrictEqual([...page.errors, ...again.errors, ...reopened.errors, ...slow.errors], []);
   console.log("ok");
   process.exit(0);
 })().catch((e) => {

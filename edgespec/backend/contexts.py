@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -85,10 +85,13 @@ class Context(_Context):
     def room(self) -> int:
         return self.n_ctx - len(self.tokens)
 
-    def decode(self, tokens: Sequence[int], logit_rows: Sequence[int] = ()) -> np.ndarray:
+    def decode(self, tokens: Sequence[int], logit_rows: Sequence[int] = (),
+               progress: Callable[[int], None] | None = None) -> np.ndarray:
         """Append tokens to the cache; return logits (float32, one row per index in logit_rows, in that order).
 
-        Only the rows asked for are computed, which is what makes a batched verify cheap in memory.
+        Only the rows asked for are computed, which is what makes a batched verify cheap in memory. progress, if
+        given, is called with the number of tokens decoded so far after each llama.cpp call (of n_batch tokens),
+        once they are computed.
         """
         self._open()
         self._settle()
@@ -122,6 +125,9 @@ class Context(_Context):
                     if row is not None:
                         ptr = ll.llama_get_logits_ith(self._ptr, j)
                         out[row] = np.ctypeslib.as_array(ptr, shape=(self.model.n_vocab,))
+                if progress is not None:
+                    ll.llama_synchronize(self._ptr)  # (a GPU's decode returns before it is computed)
+                    progress(start + len(chunk))
         except BaseException:
             # A failed or interrupted decode (Ctrl-C lands right after the C call) leaves the cache as it was.
             if not ll.llama_memory_seq_rm(self._mem, 0, before, -1):
@@ -349,14 +355,17 @@ class Context(_Context):
             self.synchronize()
         return len(new)
 
-    def read(self, seq: Sequence[int]) -> tuple[int, np.ndarray]:
+    def read(self, seq: Sequence[int], progress: Callable[[int, int], None] | None = None) -> tuple[int, np.ndarray]:
         """Make the cache hold exactly seq and return how many tokens that decoded and the logits of its last row
         (where seq is held whole already, its last token is decoded again for them). Reading logits waits for the
-        computation, on every backend."""
+        computation, on every backend. progress(processed, cached): after each llama.cpp call, how much of seq the
+        cache holds, and how much of that it held before."""
         keep = min(self.common_prefix(seq), len(seq) - 1)
         self.truncate(keep)
         new = seq[keep:]
-        return len(new), self.decode(new, [len(new) - 1])[0]
+        rows = [len(new) - 1]
+        return len(new), (self.decode(new, rows) if progress is None else
+                          self.decode(new, rows, lambda n: progress(keep + n, keep)))[0]
 
     def synchronize(self) -> None:
         """Wait until what was decoded is computed (on a GPU; see sync() for an rpc-server)."""

@@ -67,12 +67,13 @@ function requestBody(settings, messages) {
   return body;
 }
 
-/* One chat completion, streamed: onDelta(content, reasoning) for each piece; resolves to how it ended
+/* One chat completion, streamed: onDelta(content, reasoning) for each piece, onProgress(prompt_progress) while
+   the server reads the prompt (llama-server's return_progress); resolves to how it ended
    ({finish_reason, timings, usage, cut}: cut when the stream ended without its [DONE]). */
-async function streamChat(fetchFn, base, body, {apiKey = "", signal, onDelta}) {
+async function streamChat(fetchFn, base, body, {apiKey = "", signal, onDelta, onProgress = () => {}}) {
   const response = await fetchFn(`${base}/v1/chat/completions`, {
     method: "POST", headers: headers(apiKey), signal,
-    body: JSON.stringify({...body, stream: true, stream_options: {include_usage: true}}),
+    body: JSON.stringify({...body, stream: true, stream_options: {include_usage: true}, return_progress: true}),
   });
   if (!response.ok) throw await refusal(response);
   const reader = response.body.getReader();
@@ -88,6 +89,7 @@ async function streamChat(fetchFn, base, body, {apiKey = "", signal, onDelta}) {
       if (data === "[DONE]") return {...end, cut: false};
       const chunk = JSON.parse(data);
       if (chunk.error) throw new RequestError(chunk.error.message || String(chunk.error), 500);
+      if (chunk.prompt_progress) onProgress(chunk.prompt_progress);
       const choice = chunk.choices && chunk.choices[0];
       if (choice) {
         const d = choice.delta || {};
@@ -267,6 +269,16 @@ function start() {
       if (value && !box.querySelector(`.${cls}`)) box.append(el("div", cls, value));
     }
   }
+  function reading(box, p) {  // a long prompt's reading, shown in its reply's place until the reply begins
+    let line = box.querySelector(".reading");
+    if (!p || p.processed >= p.total) {
+      if (line) line.remove();
+      return;
+    }
+    if (!line) box.append((line = el("div", "reading")));
+    line.textContent = `reading the prompt: ${p.processed} of ${p.total} tokens ` +
+      `(${Math.floor((100 * p.processed) / p.total)}%)`;
+  }
   function render() {
     chats.replaceChildren(new Option(state.messages.length ? chatTitle(state.messages) : "New chat", ""),
       ...state.earlier.map((c) => new Option(`${c.title} · ${new Date(c.updated).toLocaleDateString()}`, c.id)));
@@ -331,7 +343,9 @@ function start() {
         try {
           end = await streamChat(fetch, ".", requestBody(state.settings, sent), {
             apiKey: state.settings.apiKey, signal: controller.signal,
+            onProgress: (p) => reading(box, p),
             onDelta(content, reasoning) {
+              reading(box, null);
               const follow = nearBottom();
               reply.content += content;
               reply.reasoning += reasoning;
