@@ -99,6 +99,9 @@ def tune(engine: Engine, budget_s: float = 90.0, max_tokens: int = 48, lookup: b
         steps = [p.step_s for p in rep.policies.get(longest, []) if p.step_s is not None]
         if steps:  # one draft step, as the draft model timed it in the longest K's rounds
             out.draft_entry["step_s"] = steps[0]
+        reads = [p.prompt_read_s for p in rep.policies.get(longest, []) if p.prompt_read_s]
+        if reads:  # a prompt's reading per token, which the next process weighs each prompt by (Reading)
+            out.draft_entry["read_s"] = reads[0]
         out.draft_name = profile.proposer_name(profile.key_of(draft.ctx.model, draft.ctx.n_threads))
         policy = DraftLength(engine.draft_max, True, cost)
         policy.seed(out.draft_entry)

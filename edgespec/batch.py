@@ -314,9 +314,9 @@ class BatchEngine:
         """Where the request asked (llama-server's return_progress): how far its prompt's reading has come. The last
         prompt token is read by the first step, with the drafts: counted read once the rest is."""
         if handle.req.progress:
-            total = len(g.seq)
-            self._emit(handle, Event("", progress=(total - len(g.pending) - (1 if g.pending else 0), total,
-                                                   total - g.stats.n_prompt_evaluated, time.perf_counter() - g.started)))
+            total, cached = len(g.seq), len(g.seq) - g.stats.n_prompt_evaluated
+            read = total - len(g.pending) - (1 if g.pending else 0)
+            self._emit(handle, Event("", progress=(read, total, cached, time.perf_counter() - g.started)))
 
     @staticmethod
     def _emit(handle: Handle, event: Event) -> None:

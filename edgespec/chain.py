@@ -93,9 +93,7 @@ class _Round:
 
 class Chain(ChainTrees, ChainHandOff):
     def __init__(self, links: list[Link], k_max: int | None, adaptive: bool | None, tree_width: int = 1) -> None:
-        self.links = links
-        self.k_max, self.adaptive = k_max, adaptive
-        self.tree_width = tree_width
+        self.links, self.k_max, self.adaptive, self.tree_width = links, k_max, adaptive, tree_width
         self._used: list[Link] = []
         self._offers: list[Link] = []  # free parts that proposed this round: they learn from the verified tokens
         self._leaves: tuple[Link, int, set[int]] | None = None  # second choices verified as leaves: whose, the
@@ -114,17 +112,19 @@ class Chain(ChainTrees, ChainHandOff):
         """Whether a part has prompt work to do before it can propose (a draft model's cache)."""
         return any(isinstance(link.part, DraftModelProposer) for link in self.links)
 
-    def begin(self, seq: Sequence[int], start: Callable[[], None] | None = None) -> None:
+    def begin(self, seq: Sequence[int], start: Callable[[], None] | None = None, cap: int = 0) -> None:
         """A new text: each policy hears so, start() runs (the engine's costs, which a profile may seed the
-        policies with), then each part that will draft reads the prompt (one standing aside catches up if and
-        when it drafts)."""
+        policies with), then each part that will draft reads the prompt where that can pay over the `cap` tokens
+        the text may get (Reading; one standing aside catches up if and when it drafts)."""
         for link in self.links:
             link.policy.new_text()
         if start is not None:
             start()
         for link in self.links:
-            if not link.policy.standing_aside(self.adaptive):
+            p = link.policy
+            if not p.standing_aside(self.adaptive) and p.reading_pays(_behind(link.part, seq), cap, self.adaptive):
                 link.part.begin(seq)
+                p.prompt_read_s = getattr(link.part, "prompt_read_s", None) or p.prompt_read_s
 
     def propose(self, seq: list[int], cap: int, sampling: SamplingConfig, rng: np.random.Generator,
                 stats: GenerationStats, guide=None, rows: int | None = None) -> tuple[Proposal, str]:

@@ -154,9 +154,8 @@ class Engine:
         decodes one token per target call: the baseline. constraint: the output must match a grammar or JSON
         schema (edgespec.Constraint); checked before anything is decoded. With a constraint, speculation also
         proposes the tokens the grammar forces, free. tree_width: this call's in place of the engine's (at most the
-        engine's context allows). prompt_progress(processed, total, cached), if given, is called as the prompt is
-        read, after each batch of it: how many of its tokens the cache holds, of how many, and how many of those it
-        held already (a conversation's earlier turns); as llama-server's return_progress.
+        engine's context allows). prompt_progress(processed, total, cached): called after each batch of the prompt
+        read, how many of its tokens the cache holds, and how many it held before (llama-server's return_progress).
         """
         self._check_open()
         seq = list(self.tokenize(prompt) if isinstance(prompt, str) else prompt)
@@ -211,7 +210,8 @@ class Engine:
                 if later and finish is None:
                     later = False
                     t0 = time.perf_counter()
-                    chain.begin(run.seq, (lambda: self._start_costs(chain)) if self._drafting.needs_costs(chain) else None)
+                    costs = (lambda: self._start_costs(chain)) if self._drafting.needs_costs(chain) else None
+                    chain.begin(run.seq, costs, min(max_tokens - len(run.out), self.target.room))  # (tokens left)
                     run.stats.prompt_s += time.perf_counter() - t0  # set-up, not generation
             tail = run.text.flush()
             run.stats.constraint_s = grammar.seconds + guide.mask_s if grammar is not None else 0.0
@@ -233,7 +233,7 @@ class Engine:
             run.seq, None if progress is None else lambda done, cached: progress(done, total, cached))
         self._drafting.decoded_other()
         if run.chain is not None and begin:
-            run.chain.begin(run.seq)
+            run.chain.begin(run.seq, cap=min(run.max_tokens, self.target.room))
         run.stats.prompt_s = time.perf_counter() - t0
 
     def _round(self, run: "_Run", cap: int) -> tuple[list[tuple[int, str | None, str]], str | None]:

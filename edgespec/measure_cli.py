@@ -236,6 +236,9 @@ def _print_tuned(t) -> None:
     if t.draft_entry is not None:
         click.echo("\ndraft step costs T_d(K): " + "  ".join(
             f"K={k}: {1000 * s:.0f} ms" for k, s in sorted(t.draft_entry["draft_round_s"].items())))
+        if "read_s" in t.draft_entry:
+            click.echo(f"the draft reads a prompt at {1000 * t.draft_entry['read_s']:.1f} ms a token: a prompt is read "
+                       "only where drafting is expected to save more over the tokens the answer may get")
         click.echo(f"break-even: a round of K drafts pays only while T_v(K+1) + T_d(K) < E[N_K] x T_plain "
                    f"(T_plain = {1000 * one:.1f} ms); draft budget = E[N_K] x T_plain - T_v(K+1)")
         click.echo(f"  {'K':>2} {'E[N_K]':>7} {'T_v(K+1)':>9} {'T_d(K)':>7} {'round':>7} {'limit':>7} "

@@ -103,7 +103,8 @@ class Profile:
     verify_s: dict[int, float]  # m rows -> seconds of one target decode
     # per proposer (proposer_name(), lookup_name()): {"draft_round_s": {n: seconds}, "reached": [...],
     # "accepted": [...], "by_key": {kind: {"reached": [...], "accepted": [...]}}}; a draft model's may also hold
-    # "step_s" (one draft step) and "calibration" ({"tested": [...], "passed": [...]} by confidence bin)
+    # "step_s" (one draft step), "read_s" (a prompt's reading, per token) and "calibration" ({"tested": [...],
+    # "passed": [...]} by confidence bin)
     proposers: dict[str, dict] = field(default_factory=dict)
     measured: str = ""
     back_s: dict[int, float] = field(default_factory=dict)  # m rows -> the next one-row decode's extra (over a link)
@@ -162,10 +163,11 @@ def _proposer(entry: dict) -> dict:
            **_counts(entry), "by_key": {str(k): _counts(c) for k, c in (entry.get("by_key") or {}).items()}}
     if any(not 0 < s < math.inf for s in out["draft_round_s"].values()):  # (NaN fails it too)
         raise ValueError("impossible draft costs")
-    if "step_s" in entry:
-        out["step_s"] = float(entry["step_s"])
-        if not 0 < out["step_s"] < math.inf:
-            raise ValueError("impossible draft step")
+    for f in ("step_s", "read_s"):  # (a draft step; a prompt's reading per token)
+        if f in entry:
+            out[f] = float(entry[f])
+            if not 0 < out[f] < math.inf:
+                raise ValueError("impossible draft cost")
     if "calibration" in entry:
         cal = {f: [float(x) for x in entry["calibration"][f]] for f in ("tested", "passed")}
         if len(cal["tested"]) != len(cal["passed"]) or any(not 0 <= p <= t < math.inf for p, t in
@@ -191,9 +193,9 @@ def merge(old: dict | None, new: dict, keep: float = 0.5) -> dict:
     old_keys, new_keys = old.get("by_key", {}), new.get("by_key", {})
     out = {"draft_round_s": {**old["draft_round_s"], **new["draft_round_s"]}, **counts(old, new),
            "by_key": {k: counts(old_keys.get(k, empty), new_keys.get(k, empty)) for k in {**old_keys, **new_keys}}}
-    step = new.get("step_s", old.get("step_s"))
-    if step is not None:
-        out["step_s"] = step
+    for f in ("step_s", "read_s"):
+        if new.get(f, old.get(f)) is not None:
+            out[f] = new.get(f, old.get(f))
     a, b = old.get("calibration"), new.get("calibration")
     if a is not None and b is not None and len(a["tested"]) == len(b["tested"]):
         out["calibration"] = {f: [keep * x + y for x, y in zip(a[f], b[f])] for f in ("tested", "passed")}
@@ -210,7 +212,7 @@ def save(k: dict, verify_s: dict[int, float], proposers: dict[str, dict] | None 
             **({"back_s": {str(m): s for m, s in sorted(back_s.items())}} if back_s else {}),
             "proposers": {n: {"draft_round_s": {str(m): s for m, s in sorted(e["draft_round_s"].items())},
                               "reached": e["reached"], "accepted": e["accepted"], "by_key": e.get("by_key", {}),
-                              **{f: e[f] for f in ("step_s", "calibration") if f in e}}
+                              **{f: e[f] for f in ("step_s", "read_s", "calibration") if f in e}}
                           for n, e in (proposers or {}).items()},
             "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     try:

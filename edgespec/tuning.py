@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .costs import Calibration, ConfidenceStop, CostModel, Outcomes, seed_counts
+from .reading import Reading
 from .splits import Splits
 from .tree_shapes import ALTERNATIVES, TreeShapes
 
@@ -24,7 +25,7 @@ class Decision:
     why: str = ""  # for a fallback: the numbers behind it
 
 
-class DraftLength(TreeShapes, Splits):
+class DraftLength(TreeShapes, Splits, Reading):
     """Per round: how many tokens to draft. Fixed, or by the cost model with a fallback to plain decoding.
 
     A proposer whose proposals cost nothing worth counting (measured: under free_share of a plain step, as prompt
@@ -100,7 +101,7 @@ class DraftLength(TreeShapes, Splits):
         self.cost.restart(self.text_memory)
         for c in self.by_key.values():
             c.restart(self.text_memory, from_texts=False)
-        self._tested = 0
+        self._tested, self._skip = 0, None
         if self._plain_left > 0 and not self.hopeless() and not self.futile():
             self._plain_left = 1
 
@@ -162,6 +163,8 @@ class DraftLength(TreeShapes, Splits):
             return Decision(k_max, "fixed")
         if self._costs_nothing():
             return Decision(k_max, "free")
+        if (why := self.skipping()) is not None:  # (its prompt was not worth reading: Reading)
+            return Decision(0, "fallback", why)
         if self._plain_left > 0:
             self._plain_left -= 1
             if self._plain_left > 0:
@@ -306,7 +309,7 @@ class DraftLength(TreeShapes, Splits):
 
     def standing_aside(self, adaptive: bool | None = None) -> bool:
         """In a fallback that goes on past the next round: the proposer has nothing to do, not even read a prompt."""
-        return (self.adaptive if adaptive is None else adaptive) and self._plain_left > 1
+        return (self.adaptive if adaptive is None else adaptive) and (self._plain_left > 1 or self._skip is not None)
 
     @property
     def free(self) -> bool:
@@ -327,6 +330,7 @@ class DraftLength(TreeShapes, Splits):
         for n, s in sorted(measured["draft_round_s"].items()):
             c.observe_draft(n, s)
         self.step_s = measured.get("step_s", self.step_s)
+        self.prompt_read_s = measured.get("read_s", self.prompt_read_s)
         if "calibration" in measured:
             self.calibration.seed(measured["calibration"], 4 * weight)
         for key, counts in measured.get("by_key", {}).items():  # e.g. a lookup's acceptance per match length
@@ -354,6 +358,8 @@ class DraftLength(TreeShapes, Splits):
                           for k, m in kinds.items() if m.reached and m.reached[0] > 0}}
         if self.step_s is not None and self.step_s > 0:
             out["step_s"] = self.step_s
+        if self.prompt_read_s:
+            out["read_s"] = self.prompt_read_s
         if sum(self.calibration.tested) > 0:
             out["calibration"] = {"tested": list(self.calibration.tested), "passed": list(self.calibration.passed)}
         return out

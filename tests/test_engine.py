@@ -336,3 +336,26 @@ def test_prompt_progress_follows_the_reading_of_a_long_prompt_and_changes_nothin
     assert kept >= 900 and calls == [(len(longer), len(longer), kept)]  # the cached part counted as such
     with pytest.raises(edgespec.InvalidArgument, match="prompt_progress must be a function"):
         engine.generate("hi", prompt_progress=3)
+
+
+def test_a_prompt_the_draft_cannot_repay_reading_is_left_unread_and_the_text_is_the_same(tiny_pair, monkeypatch):
+    """Reading (tuning.DraftLength): where reading a new prompt would cost the draft model more than drafting could
+    save over the tokens left, the text goes without it, said once among the fallbacks; the output is the target's
+    either way, and a text that can repay it reads again."""
+    with edgespec.Engine.load(tiny_pair[0], draft=tiny_pair[1], n_ctx=1024, n_threads=2, draft_max=4) as e:
+        e.generate("Once upon a time", max_tokens=40)  # costs and the reading rate measured
+        draft, policy = e.proposer, e.policy(e.proposer)
+        assert draft.prompt_read_s and policy.prompt_read_s == draft.prompt_read_s
+        # (the tiny draft costs what the target does, so its policy rightly stands aside: made to expect a saving)
+        monkeypatch.setattr(policy.cost, "best_k", lambda k: (2, 0.5 * policy.cost.t_verify(1)))
+        policy._plain_left = 0
+        policy.prompt_read_s = 10.0  # as if each prompt token cost the draft 10 s to read
+        prompt = e.tokenize("The quick brown fox jumps over the lazy dog, again and again, said the farmer")
+        plain = e.generate(prompt, max_tokens=16, speculative=False)
+        r = e.generate(prompt, max_tokens=16)
+        assert r.tokens == plain.tokens and r.stats.n_drafted == 0
+        assert [f["why"] for f in r.stats.fallbacks if "reading the prompt" in f["why"]]
+        assert draft.ctx.common_prefix(prompt) < len(prompt) // 2  # not read
+        policy.prompt_read_s = 1e-9
+        e.generate(prompt + e.tokenize(" Then"), max_tokens=16)
+        assert draft.ctx.common_prefix(prompt) == len(prompt)

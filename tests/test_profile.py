@@ -172,6 +172,7 @@ def test_a_draft_models_step_and_calibration_round_trip_and_seed_the_next_proces
     learned = DraftLength(8, True)
     learned.cost.observe_draft(2, 0.004)
     learned.step_s = 0.0015
+    learned.prompt_read_s = 0.008  # a prompt's reading, per token (Reading)
     for _ in range(300):
         learned.calibration.observe([0.45, 0.95], 2)  # an under-confident draft model: its 0.45s pass
     entry = learned.learned()
@@ -181,7 +182,7 @@ def test_a_draft_models_step_and_calibration_round_trip_and_seed_the_next_proces
     assert back["step_s"] == 0.0015 and back["calibration"] == entry["calibration"]
     fresh = DraftLength(8, True)
     fresh.seed(back)
-    assert fresh.step_s == 0.0015
+    assert fresh.step_s == 0.0015 and fresh.prompt_read_s == 0.008 and back["read_s"] == 0.008
     assert fresh.calibration.chance(0.45) > 0.8  # learned, not the prior 0.45
     assert sum(fresh.calibration.tested) <= 32 + 1e-9  # worth a few rounds' tokens: the text soon outweighs it
     merged = profile.merge(back, {**entry, "step_s": 0.002})
@@ -194,7 +195,7 @@ def test_a_draft_models_step_and_calibration_round_trip_and_seed_the_next_proces
     profile.save(k, {1: 0.01, 2: 0.012}, {name: damaged})
     assert profile.load(k) is None
     # not a number or infinite (json writes and reads NaN and Infinity): as damaged, never seeded into a policy
-    for bad in ({**entry, "step_s": float("nan")}, {**entry, "step_s": float("inf")},
+    for bad in ({**entry, "step_s": float("nan")}, {**entry, "step_s": float("inf")}, {**entry, "read_s": -1.0},
                 {**entry, "calibration": {"tested": [float("inf")] * 10, "passed": [1.0] * 10}},
                 {**entry, "draft_round_s": {1: float("nan")}}):
         profile.save(k, {1: 0.01, 2: 0.012}, {name: bad})

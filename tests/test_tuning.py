@@ -1039,3 +1039,34 @@ def test_a_held_up_timing_moves_a_running_cost_as_one_of_twice_the_cost_would():
     drafting.decoded(5, 0.030, True)
     drafting.decoded(1, 0.300, True)
     assert back.seconds[5] == pytest.approx(0.004 + 0.2 * (2 * (0.010 + 0.004) - 0.010 - 0.004))
+
+
+def test_a_prompt_is_read_only_where_drafting_can_repay_the_reading():
+    """Reading: a new text's prompt costs the draft model n x prompt_read_s before it can draft; over the tokens the
+    text may get, drafting must be expected to save more than that, else the text goes without it (one fallback
+    that says why, standing aside: no reading, no probe) until the next text. Made-up costs: a plain token 100 ms,
+    the best K expected at under 50 ms a token, so some 50 ms saved per token."""
+    cost = model({m: 0.1 + 0.01 * (m - 1) for m in range(1, 18)}, 0.005, [0.8] * 16)
+    d = DraftLength(8, adaptive=True, cost=cost)
+    k, per_token = cost.best_k(8)
+    saving = 0.1 - per_token
+    assert 0.045 < saving < 0.06
+    assert d.reading_pays(1000, 64)  # the rate unknown: read, and so measure it
+    d.prompt_read_s = 0.01
+    n = int(64 * saving / 0.01)  # what 64 tokens would save, in tokens read
+    assert d.reading_pays(n - 5, 64) and not d.standing_aside()
+    assert d.reading_pays(1000, 1000)  # a long answer repays a long prompt
+    assert d.reading_pays(1000, 64, adaptive=False)  # a fixed length is the user's: read
+    assert not d.reading_pays(n + 5, 64)
+    assert d.standing_aside()
+    first = d.decide(64)
+    assert first.reason == "fallback" and first.k == 0 and "reading the prompt" in first.why
+    assert d.decide(63) == type(first)(0, "fallback", "")  # said once
+    d.new_text()
+    assert not d.standing_aside() and d.decide(64).reason in ("cost", "explore")
+    assert d.reading_pays(0, 64)  # nothing to read (a conversation's next turn, held already)
+    behind = DraftLength(8, adaptive=True, cost=model({m: 0.1 for m in range(1, 18)}, 0.2, [0.5] * 16))
+    behind.prompt_read_s = 0.001
+    # drafting not expected to pay at all: left to the fallback and its probes, which read a prompt to learn again
+    # (skipped, such a policy would never test a text again)
+    assert behind.reading_pays(50, 64) and not behind.standing_aside()

@@ -36,6 +36,7 @@ class DraftModelProposer:
         # token. The draft-length policy prices drafting without it, and a chain's plan adds it where it applies.
         self.catch_up_s = 0.0
         self.read_s: float | None = None
+        self.prompt_read_s: float | None = None  # per token, a prompt's reading in one go (begin()), averaged
         self.n_vocab = target_n_vocab  # q rows are cut or padded to the target's vocab so p - q lines up
         self.p_min = p_min  # stop drafting when the draft's own top probability falls below this (0 = never)
         self.split = SPLIT  # a branch forks only where the draft's top probability is under this
@@ -51,7 +52,10 @@ class DraftModelProposer:
 
     def begin(self, seq: Sequence[int]) -> None:
         if len(seq) <= self.ctx.n_ctx:
-            self.ctx.sync(seq[:-1])
+            t0 = time.perf_counter()
+            n = self.ctx.sync(seq[:-1])
+            if n > 1:  # (a prompt's cost per token: what a policy weighs reading the next one against)
+                self.prompt_read_s = running(self.prompt_read_s, (time.perf_counter() - t0) / n)
 
     def propose(self, seq: Sequence[int], k: int, sampling: SamplingConfig, rng: np.random.Generator,
                 guide=None, alternatives: bool = False, branch: Callable[[int], int] | None = None,
