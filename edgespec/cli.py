@@ -10,10 +10,10 @@ import click
 
 from . import __version__, default_model
 from .errors import Terminated
-from .progress import PromptProgress
 from .options import (ENGINE_PARAMS, chosen, note_context, note_gpu_layers, note_template, text_arg, chat_template,
                       choose_models, constraint_of, constraint_options, engine_options, kv_cache_of, load_engine,
                       read_text, sampling_of)
+from .progress import PromptProgress
 
 EXAMPLES = """
 \b

@@ -3,7 +3,7 @@
 Speculation pays only while T(K)/E[N_K] < T_v(1), the cost of a plain token (costs.py: the cost model). Each
 proposer's DraftLength decides per round how many tokens to draft, or none (a fallback to plain decoding, probed
 again later), and, for a free proposer and in a chain, how much of a proposal (splits.py) or of a verification tree
-(tree_shapes.py) to verify.
+(tree_shapes.py) to verify; at a new text, whether its prompt is worth the draft model's reading (reading.py).
 It is fed measurements and answers questions, so it is tested with made-up costs.
 """
 from __future__ import annotations
