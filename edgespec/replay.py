@@ -196,9 +196,7 @@ class ReplayContext:
     def __init__(self, model, oracle: Oracle, curve: Curve, clock: Clock, n_ctx: int = DEFAULT_CTX,
                  n_threads: int = 2, role: str = "target") -> None:
         self.model, self.oracle, self.curve, self.clock, self.role = model, oracle, curve, clock, role
-        self.n_ctx, self.n_threads = n_ctx, n_threads
-        self.tokens: list[int] = []
-        self.llama_s = 0.0
+        self.n_ctx, self.n_threads, self.tokens, self.llama_s = n_ctx, n_threads, [], 0.0
         self._shape: tuple[int, int] | None = None  # (tokens, rows) of the last decode
 
     @property
