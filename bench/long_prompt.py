@@ -3,8 +3,10 @@ token, before it can draft) costs more than drafting saves. One process per run,
 
     .venv/bin/python bench/long_prompt.py plain|hybrid N [TEXT_FILE]
 
-TEXT_FILE (default: 5,000 characters of the README) is wrapped as "Summarise this ..." in the chat template; F16
-Qwen2.5-Coder-1.5B target and the 0.5B Q4_K_M draft from ~/.cache/edgespec-bench (the profile `edgespec tune` wrote
+TEXT_FILE (default: 5,000 characters of the README; bench/results/long-prompt-reading.log used the file that
+bench/read_cost.py's docstring writes) is wrapped as "Summarise this ..." in the chat template; F16
+Qwen2.5-Coder-1.5B target (../shared/models/make-f16-target.py) and the 0.5B Q4_K_M draft from
+~/.cache/edgespec-bench (the profile `edgespec tune` wrote
 is used). Prints the wall time, the prompt's and the generation's seconds, what was drafted, the first fallbacks'
 reasons and a hash of the tokens (equal across modes: lossless)."""
 import sys

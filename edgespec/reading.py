@@ -3,9 +3,10 @@ the text may still get must exceed what reading the prompt costs. A mixin of tun
 outcomes and fallback state it reads.
 
 The draft model reads a prompt after the target's first token and before it can draft. On a CPU that is no small
-cost: 0.5B Q4_K_M read a 1,372-token prompt in 14.5 s here, against 70-250 ms a target token, so a 64-token answer
-could never repay it (the F16 pair's built-in bench: the hybrid 1.33x per generated token but 1.08x end to end, the
-prompt's reading included; passages 0.85x of plain end to end). Where reading does not pay, the text is decoded
+cost: 0.5B Q4_K_M read a 1,372-token prompt in 12.9 s here (bench/read_cost.py, bench/results/read-cost.log),
+against 70-250 ms a target token, so a 64-token answer could never repay it (the F16 pair's built-in bench: the
+hybrid 1.33x per generated token but 1.08x end to end, the prompt's reading included; passages 0.85x of plain end
+to end). Where reading does not pay, the text is decoded
 without this proposer (in a hybrid, prompt lookup goes on alone); the next text is judged afresh. Where the costs
 are not known yet (no profile, no prompt read so far), it reads, and so measures them."""
 from __future__ import annotations
