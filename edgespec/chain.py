@@ -2,19 +2,21 @@
 proposes in turn from where the earlier ones stopped, up to what its own policy wants; behind a free part (prompt
 lookup), a part that costs time plans the round by expected gain (DraftLength.plan); a draft model's second choices
 and branch become a verification tree's leaves (chain_trees.py), and a draft model may hand its round on to
-lookup's continuation of its tokens (chain_handoff.py). After verification each part hears its share, and
-a part that drafted at a cost hears how the round turned out against what was expected (DraftLength.outcomes).
+lookup's continuation of its tokens (chain_handoff.py); when each part reads the text is chain_reading.py's. After
+verification each part hears its share, and a part that drafted at a cost hears how the round turned out against
+what was expected (DraftLength.outcomes).
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from .backend import common_prefix
 from .chain_handoff import ChainHandOff
+from .chain_reading import ChainReading, _behind
 from .chain_trees import ChainTrees
 from .costs import CATCH_UP_HORIZON
 from .proposers import EMPTY, DraftModelProposer, Proposal, Proposer
@@ -22,16 +24,6 @@ from .sampling import SamplingConfig
 from .stats import GenerationStats
 from .tree import Tree
 from .tuning import Decision, DraftLength
-
-
-CATCH_UP_LIMIT = 32  # a probe whose proposer has more than this to read first waits for the next text
-PROBE_READ_SHARE = 0.05  # ... or more to read than this share of what the tokens left would take plainly
-
-
-def _behind(part: Proposer, seq: Sequence[int]) -> int:
-    """Tokens a proposer must read before it can propose from seq (a draft model after standing aside); 0 for
-    those that read nothing."""
-    return part.behind(seq) if isinstance(part, DraftModelProposer) else 0
 
 
 @dataclass
@@ -91,7 +83,7 @@ class _Round:
             self.pushed = j
 
 
-class Chain(ChainTrees, ChainHandOff):
+class Chain(ChainTrees, ChainHandOff, ChainReading):
     def __init__(self, links: list[Link], k_max: int | None, adaptive: bool | None, tree_width: int = 1) -> None:
         self.links, self.k_max, self.adaptive, self.tree_width = links, k_max, adaptive, tree_width
         self._used: list[Link] = []
@@ -112,20 +104,6 @@ class Chain(ChainTrees, ChainHandOff):
         """Whether a part has prompt work to do before it can propose (a draft model's cache)."""
         return any(isinstance(link.part, DraftModelProposer) for link in self.links)
 
-    def begin(self, seq: Sequence[int], start: Callable[[], None] | None = None, cap: int = 0) -> None:
-        """A new text: each policy hears so, start() runs (the engine's costs, which a profile may seed the
-        policies with), then each part that will draft reads the prompt where that can pay over the `cap` tokens
-        the text may get (Reading; one standing aside catches up if and when it drafts)."""
-        for link in self.links:
-            link.policy.new_text()
-        if start is not None:
-            start()
-        for link in self.links:
-            p = link.policy
-            if not p.standing_aside(self.adaptive) and p.reading_pays(_behind(link.part, seq), cap, self.adaptive):
-                link.part.begin(seq)
-                p.prompt_read_s = getattr(link.part, "prompt_read_s", None) or p.prompt_read_s
-
     def propose(self, seq: list[int], cap: int, sampling: SamplingConfig, rng: np.random.Generator,
                 stats: GenerationStats, guide=None, rows: int | None = None) -> tuple[Proposal, str]:
         """Each part proposes in turn from where the earlier ones stopped, up to the round length its own policy
@@ -134,6 +112,7 @@ class Chain(ChainTrees, ChainHandOff):
         was. cap: the most tokens deep (max_tokens, the context); rows: the most tokens in all, a tree's included
         (the context's room; default cap)."""
         rows = cap if rows is None else rows
+        self._read_late(seq, cap)
         self._used, self._offers, self._leaves, self._expected = [], [], None, None
         self._t0 = time.perf_counter()
         for link in self.links:
@@ -288,22 +267,6 @@ class Chain(ChainTrees, ChainHandOff):
             link.alternatives = prop.alternatives[:link.n]
             link.branch = prop.branch if prop.branch and prop.branch[0] < link.n else None
         r.add(prop, link.n)
-
-    def _probe_too_dear(self, link: Link, seq: list[int], cap: int) -> bool:
-        """Whether a probe due now would first have its draft model read more than a probe can repay: over
-        CATCH_UP_LIMIT tokens, or a reading that costs more than PROBE_READ_SHARE of what the `cap` tokens left
-        (max_tokens, the context) would take plainly. Put off, it comes at the next text, where the prompt is read
-        anyway (DraftLength.defer_probe). Late in a short answer a probe read 25-40 skipped tokens (180-300 ms
-        against 70 ms steps) to test the draft on the 20-odd tokens left. Replayed (F16 pair), the hybrid's lowest
-        category rose in six of the seven settings where it was below plain (held-out 0.92x to 0.96x), overall
-        within -1.2% to +1.3% (docs/performance.md, 2026-12-03 evening). With many tokens left it probes as before."""
-        behind = _behind(link.part, seq)
-        if behind > CATCH_UP_LIMIT:
-            return True
-        # (a plain step as the curve has it: over a link t_verify(1) right after a verify adds the way back, which
-        # the tokens left pay once, not each)
-        read_s, plain = getattr(link.part, "read_s", None) or 0.0, link.policy.cost.verify_s.get(1)
-        return bool(plain) and behind * read_s > PROBE_READ_SHARE * cap * plain
 
     def _measures(self, link: Link, decision: Decision) -> bool:
         """A draft model drafting by measured cost this round (not a fixed length)."""

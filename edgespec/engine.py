@@ -155,8 +155,7 @@ class Engine:
         schema (edgespec.Constraint); checked before anything is decoded. With a constraint, speculation also
         proposes the tokens the grammar forces, free. tree_width: this call's in place of the engine's (at most the
         engine's context allows). prompt_progress(processed, total, cached): called after each batch of the prompt
-        read, how many of its tokens the cache holds, and how many it held before (llama-server's return_progress).
-        """
+        read, how many of its tokens the cache holds, and how many it held before (llama-server's return_progress)."""
         self._check_open()
         seq = list(self.tokenize(prompt) if isinstance(prompt, str) else prompt)
         if not seq:
@@ -165,10 +164,9 @@ class Engine:
         if len(seq) > self.target.n_ctx:
             raise ContextOverflowError(f"the prompt is {len(seq)} tokens but the context holds {self.target.n_ctx}; "
                                        "use a larger --ctx-size or a shorter prompt")
-        if not isinstance(max_tokens, int) or max_tokens < 0:
-            raise InvalidArgument(f"max_tokens must be an integer >= 0, got {max_tokens!r}")
-        if draft_max is not None and (not isinstance(draft_max, int) or draft_max < 0):
-            raise InvalidArgument(f"draft_max must be an integer >= 0, got {draft_max!r}")
+        for name, value in (("max_tokens", max_tokens), ("draft_max", 0 if draft_max is None else draft_max)):
+            if not isinstance(value, int) or value < 0:
+                raise InvalidArgument(f"{name} must be an integer >= 0, got {value!r}")
         if not isinstance(sampling, SamplingConfig):
             raise InvalidArgument(f"sampling must be an edgespec.SamplingConfig, got {type(sampling).__name__}")
         stop = [stop] if isinstance(stop, str) else list(stop)
@@ -213,6 +211,8 @@ class Engine:
                     costs = (lambda: self._start_costs(chain)) if self._drafting.needs_costs(chain) else None
                     chain.begin(run.seq, costs, min(max_tokens - len(run.out), self.target.room))  # (tokens left)
                     run.stats.prompt_s += time.perf_counter() - t0  # set-up, not generation
+            if chain is not None:
+                chain.end(len(run.out))  # (its length: what the next text's reading is weighed over)
             tail = run.text.flush()
             run.stats.constraint_s = grammar.seconds + guide.mask_s if grammar is not None else 0.0
             yield Response(tail, finish_reason=finish, result=GenerationResult(run.text.text, run.out, finish, run.stats))

@@ -103,8 +103,9 @@ class Profile:
     verify_s: dict[int, float]  # m rows -> seconds of one target decode
     # per proposer (proposer_name(), lookup_name()): {"draft_round_s": {n: seconds}, "reached": [...],
     # "accepted": [...], "by_key": {kind: {"reached": [...], "accepted": [...]}}}; a draft model's may also hold
-    # "step_s" (one draft step), "read_s" (a prompt's reading, per token) and "calibration" ({"tested": [...],
-    # "passed": [...]} by confidence bin)
+    # "step_s" (one draft step), "read_s" (a prompt's reading, per token), "answer_tokens" (the answers' mean
+    # length, which a prompt's reading is weighed over) and "calibration" ({"tested": [...], "passed": [...]} by
+    # confidence bin)
     proposers: dict[str, dict] = field(default_factory=dict)
     measured: str = ""
     back_s: dict[int, float] = field(default_factory=dict)  # m rows -> the next one-row decode's extra (over a link)
@@ -163,7 +164,7 @@ def _proposer(entry: dict) -> dict:
            **_counts(entry), "by_key": {str(k): _counts(c) for k, c in (entry.get("by_key") or {}).items()}}
     if any(not 0 < s < math.inf for s in out["draft_round_s"].values()):  # (NaN fails it too)
         raise ValueError("impossible draft costs")
-    for f in ("step_s", "read_s"):  # (a draft step; a prompt's reading per token)
+    for f in ("step_s", "read_s", "answer_tokens"):  # (a draft step; a prompt's reading per token; Reading)
         if f in entry:
             out[f] = float(entry[f])
             if not 0 < out[f] < math.inf:
@@ -193,7 +194,7 @@ def merge(old: dict | None, new: dict, keep: float = 0.5) -> dict:
     old_keys, new_keys = old.get("by_key", {}), new.get("by_key", {})
     out = {"draft_round_s": {**old["draft_round_s"], **new["draft_round_s"]}, **counts(old, new),
            "by_key": {k: counts(old_keys.get(k, empty), new_keys.get(k, empty)) for k in {**old_keys, **new_keys}}}
-    for f in ("step_s", "read_s"):
+    for f in ("step_s", "read_s", "answer_tokens"):
         if new.get(f, old.get(f)) is not None:
             out[f] = new.get(f, old.get(f))
     a, b = old.get("calibration"), new.get("calibration")
@@ -212,7 +213,7 @@ def save(k: dict, verify_s: dict[int, float], proposers: dict[str, dict] | None 
             **({"back_s": {str(m): s for m, s in sorted(back_s.items())}} if back_s else {}),
             "proposers": {n: {"draft_round_s": {str(m): s for m, s in sorted(e["draft_round_s"].items())},
                               "reached": e["reached"], "accepted": e["accepted"], "by_key": e.get("by_key", {}),
-                              **{f: e[f] for f in ("step_s", "read_s", "calibration") if f in e}}
+                              **{f: e[f] for f in ("step_s", "read_s", "answer_tokens", "calibration") if f in e}}
                           for n, e in (proposers or {}).items()},
             "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .costs import Calibration, ConfidenceStop, CostModel, Outcomes, seed_counts
-from .reading import Reading
+from .reading import ANSWER_FLOOR, Reading
 from .splits import Splits
 from .tree_shapes import ALTERNATIVES, TreeShapes
 
@@ -322,8 +322,9 @@ class DraftLength(TreeShapes, Splits, Reading):
 
     def seed(self, measured: dict, weight: float = 8.0) -> None:
         """Start from what an earlier run measured for this proposer (profile.py, from `edgespec tune`): its draft
-        round costs and step, its acceptance by position worth at most `weight` rounds, so the text at hand soon
-        outweighs it, and its calibration (what its confidence is worth) worth at most 4 x weight tokens. The
+        round costs and step, its prompt reading rate and the answers' mean length (Reading), its acceptance by
+        position worth at most `weight` rounds, so the text at hand soon outweighs it, and its calibration (what its
+        confidence is worth) worth at most 4 x weight tokens. The
         warm-up rounds are skipped: they would measure what is known. Where those figures say drafting clearly does
         not pay, the policy starts in a fallback, as after a probe that said so."""
         c = self.cost
@@ -331,6 +332,7 @@ class DraftLength(TreeShapes, Splits, Reading):
             c.observe_draft(n, s)
         self.step_s = measured.get("step_s", self.step_s)
         self.prompt_read_s = measured.get("read_s", self.prompt_read_s)
+        self.answer_tokens = measured.get("answer_tokens", self.answer_tokens)
         if "calibration" in measured:
             self.calibration.seed(measured["calibration"], 4 * weight)
         for key, counts in measured.get("by_key", {}).items():  # e.g. a lookup's acceptance per match length
@@ -349,7 +351,7 @@ class DraftLength(TreeShapes, Splits, Reading):
     def learned(self) -> dict:
         """What this policy measured, as a profile entry (profile.py): draft round costs, acceptance by position,
         and acceptance by kind of proposal (a lookup's match length), a tree's alternatives among them; for a draft
-        model that timed them, its step and its calibration."""
+        model that timed them, its step, its prompt reading rate and its calibration; the answers' mean length."""
         c = self.cost
         kinds = {**{str(k): m for k, m in self.by_key.items()}, ALTERNATIVES: self.alternatives}
         out = {"draft_round_s": {n: t for n, t in c.draft_round_s.items() if t > 0},
@@ -358,8 +360,10 @@ class DraftLength(TreeShapes, Splits, Reading):
                           for k, m in kinds.items() if m.reached and m.reached[0] > 0}}
         if self.step_s is not None and self.step_s > 0:
             out["step_s"] = self.step_s
-        if self.prompt_read_s:
+        if self.prompt_read_s:  # (with the answers' mean length, which reading a prompt is weighed over)
             out["read_s"] = self.prompt_read_s
+            if self.answer_tokens != ANSWER_FLOOR:
+                out["answer_tokens"] = self.answer_tokens
         if sum(self.calibration.tested) > 0:
             out["calibration"] = {"tested": list(self.calibration.tested), "passed": list(self.calibration.passed)}
         return out

@@ -229,7 +229,7 @@ def test_a_draft_model_that_stood_aside_probes_at_the_next_text_not_by_reading_t
     """A draft model standing aside since its text began (a fallback carried across texts) would have to read all
     of it before a probe: the probe waits for the start of a text where drafting could pay, where the prompt is read
     anyway."""
-    from edgespec.chain import CATCH_UP_LIMIT
+    from edgespec.chain_reading import CATCH_UP_LIMIT
 
     with edgespec.Engine.load(tiny_pair[0], draft=tiny_pair[1], n_ctx=512, n_threads=2) as e:
         prompt = e.tokenize(" ".join(["the cat sat on the mat"] * 8))
@@ -359,3 +359,31 @@ def test_a_prompt_the_draft_cannot_repay_reading_is_left_unread_and_the_text_is_
         policy.prompt_read_s = 1e-9
         e.generate(prompt + e.tokenize(" Then"), max_tokens=16)
         assert draft.ctx.common_prefix(prompt) == len(prompt)
+
+
+def test_a_prompt_left_unread_is_read_once_the_text_runs_on_long_enough_and_the_text_is_the_same(tiny_pair,
+                                                                                                  monkeypatch):
+    """Reading: a prompt is weighed over the answers' expected length, not max_tokens; where the text runs on past
+    it far enough to repay the reading, the draft model reads the prompt and all generated so far then, and drafts
+    for the rest. Output: the target's, token for token. Made-up costs: a saving of half a plain step per token, a
+    prompt token read in a tenth of one, answers expected to take 2 tokens."""
+    with edgespec.Engine.load(tiny_pair[0], draft=tiny_pair[1], n_ctx=1024, n_threads=2, draft_max=4) as e:
+        e.generate("Once upon a time", max_tokens=40)  # costs and the reading rate measured
+        draft, policy = e.proposer, e.policy(e.proposer)
+        monkeypatch.setattr(policy.cost, "best_k", lambda k: (2, 0.5 * policy.cost.t_verify(1)))
+        monkeypatch.setattr(policy.outcomes, "optimism", lambda: 1.0)
+        monkeypatch.setattr(policy, "hopeless", lambda: False)  # (the tiny draft costs what the target does)
+        monkeypatch.setattr(type(policy), "prompt_read_s", property(lambda self: 0.1 * self.cost.t_verify(1),
+                                                                    lambda self, v: None), raising=False)
+        monkeypatch.setattr("edgespec.reading.ANSWER_FLOOR", 2)  # (a tiny model's answers are short)
+        policy._plain_left, policy.answer_tokens = 0, 2.0
+        prompt = e.tokenize("The quick brown fox jumps over the lazy dog, again and again, said the farmer")
+        plain = e.generate(prompt, max_tokens=40, speculative=False)
+        r = e.generate(prompt, max_tokens=40)
+        assert r.tokens == plain.tokens
+        whys = [f["why"] for f in r.stats.fallbacks]
+        assert any("reading the prompt" in w and "unless the text runs on" in w for w in whys)
+        # drafting began late (where (68 + made) x 0.1 < made x 0.5 plain steps: 17 tokens in) ...
+        assert next(i for i, rec in enumerate(r.stats.rounds) if rec.n_drafted) > 10 and r.stats.n_drafted > 0
+        assert draft.ctx.common_prefix(prompt) == len(prompt)  # ... after reading the prompt then
+        assert 2.0 < policy.answer_tokens < 40  # and the answer's length was heard

@@ -173,6 +173,7 @@ def test_a_draft_models_step_and_calibration_round_trip_and_seed_the_next_proces
     learned.cost.observe_draft(2, 0.004)
     learned.step_s = 0.0015
     learned.prompt_read_s = 0.008  # a prompt's reading, per token (Reading)
+    learned.answered(40)  # ... and the answers' mean length it is weighed over
     for _ in range(300):
         learned.calibration.observe([0.45, 0.95], 2)  # an under-confident draft model: its 0.45s pass
     entry = learned.learned()
@@ -183,6 +184,7 @@ def test_a_draft_models_step_and_calibration_round_trip_and_seed_the_next_proces
     fresh = DraftLength(8, True)
     fresh.seed(back)
     assert fresh.step_s == 0.0015 and fresh.prompt_read_s == 0.008 and back["read_s"] == 0.008
+    assert fresh.answer_tokens == learned.answer_tokens == back["answer_tokens"] < 128
     assert fresh.calibration.chance(0.45) > 0.8  # learned, not the prior 0.45
     assert sum(fresh.calibration.tested) <= 32 + 1e-9  # worth a few rounds' tokens: the text soon outweighs it
     merged = profile.merge(back, {**entry, "step_s": 0.002})

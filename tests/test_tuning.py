@@ -973,7 +973,8 @@ def test_a_quote_that_fails_is_soon_not_verified_and_a_fixed_chain_has_none():
 def test_a_probe_that_must_first_read_more_than_the_tokens_left_can_repay_waits_for_the_next_text():
     """A probe mid-text first has the draft model read what it skipped; late in a short answer that reading costs
     more than testing the draft on what is left can win back (Chain._probe_too_dear)."""
-    from edgespec.chain import CATCH_UP_LIMIT, PROBE_READ_SHARE, Chain, Link
+    from edgespec.chain import Chain, Link
+    from edgespec.chain_reading import CATCH_UP_LIMIT, PROBE_READ_SHARE
     from edgespec.proposers import DraftModelProposer
 
     class Behind(DraftModelProposer):  # a draft model this many tokens behind, reading at read_s a token
@@ -1070,3 +1071,39 @@ def test_a_prompt_is_read_only_where_drafting_can_repay_the_reading():
     # drafting not expected to pay at all: left to the fallback and its probes, which read a prompt to learn again
     # (skipped, such a policy would never test a text again)
     assert behind.reading_pays(50, 64) and not behind.standing_aside()
+
+
+def test_a_prompt_is_weighed_over_the_answers_expected_length_and_read_late_where_the_text_runs_on():
+    """Reading: max_tokens is only the most a text may get (chat's 1,024, a server's context); the reading is weighed
+    over what answers have taken (their running mean, ANSWER_FLOOR tokens at least), and a text that runs past it is
+    expected to run on as long again, so a prompt skipped at the start is read once what is left repays it
+    (read_late). Made-up costs as above: some 50 ms saved per token, a prompt token read in 10 ms."""
+    from edgespec.reading import ANSWER_FLOOR
+
+    cost = model({m: 0.1 + 0.01 * (m - 1) for m in range(1, 18)}, 0.005, [0.8] * 16)
+    d = DraftLength(8, adaptive=True, cost=cost)
+    d.prompt_read_s = 0.01
+    saving = 0.1 - cost.best_k(8)[1]
+    assert d.answer_tokens == ANSWER_FLOOR and d.expected_left(0, 1024) == ANSWER_FLOOR
+    assert d.expected_left(0, 40) == 40 and d.expected_left(40, 1024) == ANSWER_FLOOR - 40
+    assert d.expected_left(300, 1024) == 300 and d.expected_left(300, 50) == 50  # run past it: as long again
+    n = int(ANSWER_FLOOR * saving / 0.01) + 50  # more than the expected answer repays; less than 1,024 tokens
+    assert d.reading_pays(n, 1024)  # (weighed over max_tokens, as before)
+    assert not d.reading_pays(n, d.expected_left(0, 1024)) and d.unread and d.standing_aside()
+    assert "unless the text runs on" in d.decide(1024).why
+    assert not d.read_late(n, 0, 1024) and not d.read_late(n + 60, 60, 964)  # not yet repaid
+    assert not d.read_late(n + 400, 400, 50)  # ... nor with few tokens left, however long it ran
+    made = next(p for p in range(1, 1024) if (n + p) * 0.01 < p * saving)
+    assert d.read_late(n + made, made, 1024 - made)
+    assert not d.unread and not d.standing_aside() and d.decide(900).reason in ("cost", "explore")
+    assert not d.read_late(n + made + 1, made + 1, 900)  # (once: it reads with the rounds from now on)
+    for length in (20, 30, 25):  # short answers: heard, but the horizon stays at the floor
+        d.answered(length)
+    assert 20 < d.answer_tokens < ANSWER_FLOOR and d.expected_left(0, 1024) == ANSWER_FLOOR
+    for _ in range(20):  # long ones lengthen it
+        d.answered(900)
+    d.answered(0)  # (a text that got nothing says nothing of lengths)
+    assert d.expected_left(0, 1024) == round(d.answer_tokens) > 700 and d.reading_pays(n, d.expected_left(0, 1024))
+    behind = DraftLength(8, adaptive=True, cost=model({m: 0.1 for m in range(1, 18)}, 0.2, [0.5] * 16))
+    behind.prompt_read_s, behind._skip = 0.001, ""
+    assert not behind.read_late(10, 500, 500)  # drafting not expected to pay: nothing read for it mid-text
