@@ -3,7 +3,8 @@
 # deterministic) with this working tree's engine and with REV's, their figures compared exactly. For refactors that
 # claim "no behaviour change"; a policy change moves at least one (a one-constant change, HAND_OFF_ROWS 4 -> 5, does).
 #   bench/replay_same.sh REV [OUT]     REV: the commit to compare against (e.g. HEAD, main~3); OUT: where the logs and
-#                                      JSON go (default: a new folder under /tmp). Exit 0 when all 16 are identical.
+#                                      JSON go (default: a new folder under /tmp). Exit 0 when all 16 are identical;
+#                                      for each that differs, what moved (per mode, overall and lowest category).
 # The replays: the 12 a policy trial is judged on (the built-in, held-out and unseen sets with the recorded costs and
 # memory-bound, a flat curve, + 2 ms, noise and their own costs, the Q4_K_M pair learning and --fresh), SmolLM2 over a
 # link with switches and with hold-ups and a confidence floor, the built-in set --fresh with noise, and the held-out
@@ -52,6 +53,19 @@ for before in sorted((out / "before").glob("*.json")):
     same = a["rows"] == b["rows"] and a["divergences"] == b["divergences"]
     differ += not same
     print(f"{before.stem:22} {'identical' if same else 'DIFFERENT'}")
+    if not same:  # what moved: per mode, overall per token and end to end (over plain's), the lowest category
+        ra, rb = a["rows"], b["rows"]
+        for mode in (m for m in ra if m != "plain"):
+            cats = [c for c in ra[mode] if c != "overall"]
+            fig = [(r[mode]["overall"]["speedup"], r[mode]["overall"]["end_to_end_tok_s"]
+                    / r["plain"]["overall"]["end_to_end_tok_s"], min(r[mode][c]["speedup"] for c in cats))
+                   for r in (ra, rb)]
+            print(f"  {mode:8} per token {fig[0][0]:.3f} -> {fig[1][0]:.3f}, end to end {fig[0][1]:.3f} -> "
+                  f"{fig[1][1]:.3f}, lowest category {fig[0][2]:.3f} -> {fig[1][2]:.3f}")
+        if {"draft", "lookup", "hybrid"} <= set(ra):  # categories where the hybrid is within 2% of its better part
+            near = [sum(r["hybrid"][c]["speedup"] >= 0.98 * max(r["draft"][c]["speedup"], r["lookup"][c]["speedup"])
+                        for c in r["hybrid"] if c != "overall") for r in (ra, rb)]
+            print(f"  hybrid within 2% of its better part in {near[0]} -> {near[1]} of {len(cats)} categories")
 print(f"{differ} of {len(list((out / 'before').glob('*.json')))} differ; logs in {out}")
 sys.exit(1 if differ else 0)
 EOF
