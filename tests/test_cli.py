@@ -169,3 +169,31 @@ def test_a_long_prompts_reading_is_shown_on_a_terminal_and_erased(monkeypatch):
     quiet = Terminal()
     PromptProgress(quiet)(30, 30, 0)  # a prompt read in one batch: nothing to show
     assert quiet.getvalue() == ""
+
+
+def test_ctrl_c_while_a_long_prompt_is_read_erases_the_reading_line(monkeypatch):
+    """Interrupted before the first token (a pasted file's reading takes seconds on a CPU), generate leaves no
+    half-drawn progress line behind: the line is erased, then the interrupt goes on (exit 130 in the CLI)."""
+    import io
+
+    from edgespec import cli
+    from edgespec.sampling import GREEDY
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    class Reading:  # an engine interrupted mid-prompt
+        notes = []
+
+        def stream(self, tokens, prompt_progress, **kw):
+            prompt_progress(512, 1400, 0)
+            raise KeyboardInterrupt
+            yield
+
+    term = Terminal()
+    monkeypatch.setattr("sys.stderr", term)
+    with pytest.raises(KeyboardInterrupt):
+        cli._run(Reading(), [1, 2, 3], GREEDY, 16, [], False)
+    shown = term.getvalue()
+    assert "reading the prompt: 512/1,400" in shown and shown.endswith("\r\033[K")
