@@ -168,7 +168,7 @@ def _proposer(entry: dict) -> dict:
         if f in entry:
             out[f] = float(entry[f])
             if not 0 < out[f] < math.inf:
-                raise ValueError("impossible draft cost")
+                raise ValueError(f"impossible {f}: {entry[f]!r}")
     if "calibration" in entry:
         cal = {f: [float(x) for x in entry["calibration"][f]] for f in ("tested", "passed")}
         if len(cal["tested"]) != len(cal["passed"]) or any(not 0 <= p <= t < math.inf for p, t in
