@@ -112,7 +112,7 @@ class Chain(ChainTrees, ChainHandOff, ChainReading):
         was. cap: the most tokens deep (max_tokens, the context); rows: the most tokens in all, a tree's included
         (the context's room; default cap)."""
         rows = cap if rows is None else rows
-        self._read_late(seq, cap)
+        self._read_late(seq, cap, stats)
         self._used, self._offers, self._leaves, self._expected = [], [], None, None
         self._t0 = time.perf_counter()
         for link in self.links:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from .proposers import DraftModelProposer, Proposer
+from .stats import GenerationStats
 
 if TYPE_CHECKING:
     from .chain import Link
@@ -47,12 +48,16 @@ class ChainReading:
         for link in self.links:
             link.policy.answered(n)
 
-    def _read_late(self, seq: Sequence[int], cap: int) -> None:
+    def _read_late(self, seq: Sequence[int], cap: int, stats: GenerationStats) -> None:
         """A part that did not read this text's prompt reads all it missed now, where the text has run on long
-        enough that what it is expected still to get (at most cap) repays the reading (Reading.read_late)."""
-        for link in self.links:
-            if link.policy.unread and link.policy.read_late(_behind(link.part, seq), len(seq) - self._start, cap):
+        enough that what it is expected still to get (at most cap) repays the reading (Reading.read_late); the
+        fallbacks, which said it would go without, say so."""
+        for link in (x for x in self.links if x.policy.unread):  # (the rest: nothing to weigh, each round)
+            behind, made = _behind(link.part, seq), len(seq) - self._start
+            if link.policy.read_late(behind, made, cap):
                 self._read(link, seq)
+                stats.fallbacks.append({"round": stats.n_rounds, "why": f"the text ran on ({made} tokens): the "
+                                        f"draft model read the {behind} it had skipped, and drafts again"})
 
     def _probe_too_dear(self, link: Link, seq: list[int], cap: int) -> bool:
         """Whether a probe due now would first have its draft model read more than a probe can repay: over

@@ -38,7 +38,7 @@ class GenerationStats:
     drafted_by_source: dict[str, int] = field(default_factory=dict)
     accepted_by_source: dict[str, int] = field(default_factory=dict)
     rounds_by_reason: dict[str, int] = field(default_factory=dict)
-    fallbacks: list[dict] = field(default_factory=list)  # when and why speculation was switched off
+    fallbacks: list[dict] = field(default_factory=list)  # when and why speculation was switched off (and on again)
     constraint_s: float = 0.0  # of the rounds' time, what the grammar cost: its matcher, masks, forced tokens
 
     def add_round(self, rec: RoundRecord) -> None:

@@ -383,6 +383,7 @@ def test_a_prompt_left_unread_is_read_once_the_text_runs_on_long_enough_and_the_
         assert r.tokens == plain.tokens
         whys = [f["why"] for f in r.stats.fallbacks]
         assert any("reading the prompt" in w and "unless the text runs on" in w for w in whys)
+        assert any("the text ran on" in w and "drafts again" in w for w in whys)  # and that it came back
         # drafting began late (where (68 + made) x 0.1 < made x 0.5 plain steps: 17 tokens in) ...
         assert next(i for i, rec in enumerate(r.stats.rounds) if rec.n_drafted) > 10 and r.stats.n_drafted > 0
         assert draft.ctx.common_prefix(prompt) == len(prompt)  # ... after reading the prompt then
