@@ -199,7 +199,8 @@ def test_a_draft_models_step_and_calibration_round_trip_and_seed_the_next_proces
     # not a number or infinite (json writes and reads NaN and Infinity): as damaged, never seeded into a policy
     for bad in ({**entry, "step_s": float("nan")}, {**entry, "step_s": float("inf")}, {**entry, "read_s": -1.0},
                 {**entry, "calibration": {"tested": [float("inf")] * 10, "passed": [1.0] * 10}},
-                {**entry, "draft_round_s": {1: float("nan")}}):
+                {**entry, "draft_round_s": {1: float("nan")}}, {**entry, "answer_tokens": 0.0},
+                {**entry, "answer_tokens": "many"}):
         profile.save(k, {1: 0.01, 2: 0.012}, {name: bad})
         assert profile.load(k) is None
     # ... nor in the verify curve or the acceptance counts (infinite counts would make every acceptance NaN)
