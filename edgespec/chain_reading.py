@@ -36,7 +36,8 @@ class ChainReading:
         for link in self.links:
             p = link.policy
             if not p.standing_aside(self.adaptive) and \
-                    p.reading_pays(_behind(link.part, seq), p.expected_left(0, cap), self.adaptive):
+                    p.reading_pays(_behind(link.part, seq), p.expected_left(0, cap), self.adaptive,
+                                   alone=len(self.links) == 1):
                 self._read(link, seq)
 
     def _read(self, link: Link, seq: Sequence[int]) -> None:

@@ -5,6 +5,7 @@ import pytest
 import edgespec
 from edgespec import SamplingConfig
 from edgespec.backend import Context
+from edgespec.drafting import parts
 from conftest import PROMPTS
 from identity import assert_identical_or_near_tie
 from stats_util import assert_follows, exact_first_two
@@ -359,6 +360,35 @@ def test_a_prompt_the_draft_cannot_repay_reading_is_left_unread_and_the_text_is_
         policy.prompt_read_s = 1e-9
         e.generate(prompt + e.tokenize(" Then"), max_tokens=16)
         assert draft.ctx.common_prefix(prompt) == len(prompt)
+
+
+@pytest.mark.parametrize("lookup", [False, True])
+def test_a_draft_model_alone_reads_an_unrepaid_prompt_again_now_and_then(tiny_pair, monkeypatch, lookup):
+    """Reading.read_again through the engine: prompts whose reading drafting is not expected to repay (made-up
+    costs: 1% of a plain step saved per token, a prompt token read in 2% of one) but that are cheap to read; a draft
+    model alone reads the second of them all the same (then the fifth, ...), in the hybrid (lookup) it reads none.
+    Output: the target's, token for token."""
+    with edgespec.Engine.load(tiny_pair[0], draft=tiny_pair[1], n_ctx=1024, n_threads=2, draft_max=4,
+                              lookup=lookup) as e:
+        e.generate("Once upon a time", max_tokens=40)  # costs measured
+        draft = parts(e.proposer)[-1]  # (the hybrid's: lookup, then the draft model)
+        policy = e.policy(draft)
+        monkeypatch.setattr(policy.cost, "best_k", lambda k: (2, 0.99 * policy.cost.t_verify(1)))
+        monkeypatch.setattr(policy.outcomes, "optimism", lambda: 1.0)
+        monkeypatch.setattr(policy, "hopeless", lambda: False)  # (the tiny draft costs what the target does)
+        monkeypatch.setattr(policy, "futile", lambda: False)
+        monkeypatch.setattr(type(policy), "prompt_read_s", property(lambda self: 0.02 * self.cost.t_verify(1),
+                                                                    lambda self, v: None), raising=False)
+        read = []
+        for i in range(5):
+            prompt = e.tokenize(f"{'ABCDE'[i]}: the quick brown fox jumps over the lazy dog, said the farmer")
+            plain = e.generate(prompt, max_tokens=16, speculative=False)
+            policy._plain_left = 0
+            r = e.generate(prompt, max_tokens=16)
+            assert r.tokens == plain.tokens
+            read.append(draft.ctx.common_prefix(prompt) == len(prompt))
+            assert read[-1] != any("reading the prompt" in f["why"] for f in r.stats.fallbacks)
+        assert read == ([False] * 5 if lookup else [False, True, False, False, True])
 
 
 def test_a_prompt_left_unread_is_read_once_the_text_runs_on_long_enough_and_the_text_is_the_same(tiny_pair,
