@@ -119,8 +119,10 @@ def tune(engine: Engine, budget_s: float = 90.0, max_tokens: int = 48, lookup: b
         key = profile.key_of(engine.model, engine.target.n_threads)
         old = profile.load(key)
         proposers = dict(old.proposers) if old is not None else {}
-        if out.draft_entry is not None:
-            proposers[out.draft_name] = out.draft_entry
+        if out.draft_entry is not None:  # (the answers' mean length is the user's texts', which tune's are not)
+            kept = {"answer_tokens": proposers[out.draft_name]["answer_tokens"]} \
+                if "answer_tokens" in proposers.get(out.draft_name, {}) else {}
+            proposers[out.draft_name] = {**out.draft_entry, **kept}
         if out.lookup_entry is not None:
             lookup = PromptLookupProposer()
             proposers[profile.lookup_name(lookup.n_min, lookup.n_max)] = out.lookup_entry

@@ -255,6 +255,14 @@ def test_tune_writes_a_profile_the_next_engine_starts_from(tiny_pair, profiles):
         r = e.generate(e.tokenize("the cat sat on the"), max_tokens=16)
         assert e.costs_from == "profile"
         assert "warm-up" not in r.stats.rounds_by_reason  # what tune measured stands in for the warm-up
+    # tune again: the answers' mean length, which only the user's own texts show, stays (tune's are its own length)
+    data = json.loads(t.path.read_text())
+    data["proposers"][t.draft_name]["answer_tokens"] = 40.0
+    t.path.write_text(json.dumps(data))
+    with edgespec.Engine.load(tiny_pair[0], draft=tiny_pair[1], n_ctx=4096, n_threads=2, draft_max=4) as e:
+        again = autotune.tune(e, budget_s=0.5, max_tokens=12)
+    assert "answer_tokens" not in again.draft_entry
+    assert profile.load(profile.key(str(tiny_pair[0]), 2, 0)).proposers[t.draft_name]["answer_tokens"] == 40.0
 
 
 def test_an_interrupted_tune_writes_nothing(tiny_pair, profiles):
