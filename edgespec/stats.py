@@ -67,14 +67,14 @@ class GenerationStats:
             by = ", ".join(f"{k} {s.accepted_by_source.get(k, 0)}/{v}" for k, v in s.drafted_by_source.items())
             parts.append(f"acceptance {100 * s.acceptance_rate:.0f}% ({by}), {s.mean_accepted_length:.2f} accepted/round")
         if s.fallbacks:
-            parts.append(f"plain decoding in {s.fallback_rounds} rounds (drafting did not pay)")
+            parts.append(f"plain decoding in {s.fallback_rounds} rounds (drafting not expected to pay)")
         parts.append(f"prompt {s.n_prompt} tokens in {s.prompt_s:.2f} s")
         return ", ".join(parts)
 
     @property
     def fallback_rounds(self) -> int:
-        """Rounds decoded plainly because drafting did not pay (in a chain: the part that was off, e.g.
-        "free+fallback" for the hybrid's draft model)."""
+        """Rounds decoded plainly because drafting was not expected to pay, or to repay reading the prompt (in a
+        chain: the part that was off, e.g. "free+fallback" for the hybrid's draft model)."""
         return sum(n for why, n in self.rounds_by_reason.items() if "fallback" in why.split("+"))
 
     @property
