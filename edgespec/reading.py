@@ -7,7 +7,9 @@ cost: 0.5B Q4_K_M read a 1,372-token prompt in 12.9 s here (bench/read_cost.py, 
 against 70-250 ms a target token, so a 64-token answer could never repay it (the F16 pair's built-in bench: the
 hybrid 1.33x per generated token but 1.08x end to end, the prompt's reading included; passages 0.85x of plain end
 to end). Where reading does not pay, the text is decoded without this proposer (in a hybrid, prompt lookup goes on
-alone) unless it runs on long enough to repay the reading after all (read_late); the next text is judged afresh.
+alone) unless it runs on long enough to repay the reading after all (read_late); the next text is judged afresh,
+and a draft model alone reads such a prompt all the same now and then, since only drafting updates the figures
+the verdict rests on (read_again).
 Where the costs are not known yet (no profile, no prompt read so far), it reads, and so measures them.
 
 How many tokens a text will get is not known when its prompt is read; max_tokens is only the most (chat's default
