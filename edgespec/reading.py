@@ -72,15 +72,15 @@ class Reading:
         """A draft model alone, whose prompts were not worth reading: whether to read this one all the same. The
         verdict rests on acceptance and outcomes that only drafting updates, so once it says no to short answers'
         prompts it changes only where a prompt short enough to be read on the same figures comes along (read_late
-        needs a long text), however well the texts since would suit the draft. So after 1, 2, 4 .. READ_AGAIN_MOST texts in a row without, one is read (as a fallback's wait ends in
-        a probe), where its reading costs at most READ_AGAIN_SHARE of what the text's expected tokens take plainly;
-        a dearer prompt is left unread and not counted. Replayed (F16 pair, recorded costs, 65 unseen prompts):
-        the draft model went without in 32 texts, in runs of up to 8 on figures that did not move (math and code
-        writing among them), 1.049x of plain per token and 1.005x end to end; reading again, 18 texts without,
-        1.103x and 1.018x. Not in a chain:
-        there prompt lookup goes on while the draft model stands aside, the saving the verdict weighs (against
-        plain) is already more than the draft adds to lookup, and reading again lost end to end (the hybrid 1.123x
-        to 1.113x; docs/performance.md)."""
+        needs a long text), however well the texts since would suit the draft. So after 1, 2, 4 .. READ_AGAIN_MOST
+        texts in a row without, one is read (as a fallback's wait ends in a probe), where its reading costs at most
+        READ_AGAIN_SHARE of what the text's expected tokens take plainly; a dearer prompt is left unread and not
+        counted. Replayed (F16 pair, recorded costs, 65 unseen prompts): the draft model went without in 32 texts,
+        in runs of up to 8 on figures that did not move (math and code writing among them), 1.049x of plain per
+        token and 1.005x end to end; reading again, 18 texts without, 1.103x and 1.018x. Not in a chain: there
+        prompt lookup goes on while the draft model stands aside, the saving the verdict weighs (against plain) is
+        already more than the draft adds to lookup, and reading again lost end to end (the hybrid 1.123x to 1.113x;
+        docs/performance.md)."""
         plain = self.cost.t_verify(1)
         if not plain or n * self.prompt_read_s > READ_AGAIN_SHARE * horizon * plain:
             return False
