@@ -239,6 +239,41 @@ def test_sampled_first_three_tokens_follow_the_target_where_confidence_ends_roun
     assert_follows(counts, expected)
 
 
+def test_sampled_first_three_tokens_follow_the_target_where_the_draft_model_reads_the_prompt_late(tiny_pair,
+                                                                                                   monkeypatch):
+    # Reading (reading.py): a prompt judged not worth reading is read once the text has run on (read_late), here
+    # once it has made a token past the first: the draft model then reads the prompt and the tokens so far in one
+    # go and drafts from its own distribution there. The first three tokens against the exact joint. (Each
+    # generation starts the draft's cache empty, so each reads the whole prompt late.)
+    e = engine_with_costs(tiny_pair, lambda m: 1.0 + 0.05 * (m - 1), 0.02)
+    policy, draft = e.policy(e.proposer), e.proposer
+
+    def not_worth_it(n, horizon, adaptive=None, alone=False):
+        policy._skip, policy._saved = "a prompt not worth reading", 1.0
+        return False
+
+    def ran_on(n, made, cap):
+        read = policy._skip is not None and made >= 1
+        if read:
+            policy._skip = None
+        return read
+
+    monkeypatch.setattr(policy, "reading_pays", not_worth_it)
+    monkeypatch.setattr(policy, "read_late", ran_on)
+    prompt, seen = e.tokenize("x = 1\ny = 2\nx ="), []
+
+    def each(r):
+        assert [x.reason for x in r.stats.rounds[:2]] == ["first", "fallback"]  # tokens 1 and 2: unread
+        assert f"read the {len(prompt) + 1} it had skipped" in r.stats.fallbacks[-1]["why"]
+        seen.append(r.stats.rounds[2].n_drafted)
+        draft.ctx.clear()
+
+    counts, expected = first_two_counts(e, prompt, TOP5, 3000, n=3, max_tokens=4, each=each)
+    e.close()
+    assert sum(n > 0 for n in seen) > 2000  # the draft model, reading late, drafted the third token
+    assert_follows(counts, expected)
+
+
 def test_catching_up_is_not_counted_as_the_cost_of_drafting(tiny_pair):
     # After plain rounds (a fallback, lookup drafting alone) the draft model first reads the text it skipped: the
     # price of having stood aside, kept out of what its policy learns a drafted length costs.
