@@ -126,9 +126,10 @@ class CostModel:
     def acceptance(self, i: int) -> float:
         return self.acceptances(i + 1)[i]
 
-    def expected(self, n: int) -> list[float]:
-        """E[N_k] for k = 0..n: 1 + sum over j <= k of the chance that the first j drafted tokens all pass."""
-        out, chain = [1.0], 1.0
+    def expected(self, n: int, first: float = 1.0) -> list[float]:
+        """E[N_k] for k = 0..n: 1 + sum over j <= k of the chance that the first j drafted tokens all pass. first: a
+        factor on a_0 (what the text at hand says of this proposer: Splits.text_factor)."""
+        out, chain = [1.0], first
         for a in self.acceptances(n):
             chain *= a
             out.append(out[-1] + chain)

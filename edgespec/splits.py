@@ -6,18 +6,24 @@ from __future__ import annotations
 
 from .costs import CATCH_UP_HORIZON, CostModel
 
+TEXT_WEIGHT = 4.0  # proposals' worth of "as expected" that a text's own first-token outcomes start from (text_factor)
+
 
 class Splits:
+    _text_passed = 0.0  # this text's proposals of a free proposer, every kind together: first tokens that passed
+    _text_expected = 0.0  # ... and that their kinds' rates expected to pass
+
     def keep(self, n: int, key: object = None, recheck_every: int = 16) -> int:
         """How many of n proposed tokens to verify (a "free" round): the k <= n with the least expected verify time
-        per token, k = 0 being a plain step. A kind of proposal judged not worth verifying is still verified one
-        token deep every recheck_every-th time (0: never; a chain learns from what was declined without verifying
-        it), so its estimate can recover when the text changes."""
+        per token, k = 0 being a plain step, at this kind's rates with its first scaled down by what this text has
+        shown (text_factor). A kind of proposal judged not worth verifying is still verified one token deep every
+        recheck_every-th time (0: never; a chain learns from what was declined without verifying it), so its
+        estimate can recover when the text changes."""
         c = self.keyed(key)
         best, best_cost = 0, c.t_verify(1)
         if best_cost is None:
             return n
-        for k, expected in enumerate(c.expected(n)[1:], 1):
+        for k, expected in enumerate(c.expected(n, self.text_factor())[1:], 1):
             cost = c.t_verify(k + 1) / expected
             if cost < best_cost:
                 best, best_cost = k, cost
@@ -26,6 +32,23 @@ class Splits:
             if self._declined[key] % recheck_every == 0:
                 return 1
         return best
+
+    def text_heard(self, key: object, passed: bool) -> None:
+        """A free proposer's proposal of this kind was tested (or would have been: Chain.accepted) and its first
+        token passed or not: this text's tally, against the chance its kind's rate gave it."""
+        self._text_expected += self.keyed(key).acceptance(0)
+        self._text_passed += passed
+
+    def text_factor(self) -> float:
+        """What this text's proposals have shown against their kinds' rates, as a factor on a_0, at most 1: (passed +
+        TEXT_WEIGHT) / (expected + TEXT_WEIGHT). A kind's rate is over texts that quote their input and texts that
+        do not; a text where lookup's matches keep failing (a translation repeats the source's names, not its
+        phrases) fails them across kinds, each of which learns alone and late. Replayed (bench/replay_same.sh,
+        16 replays; docs/performance.md, 2026-12-06): lookup's lowest category rose or held in all 16 (recorded
+        costs: translation 0.965x to 0.976x of plain), overall within -0.4% to +1.0%. Scaled up as well where a
+        text's proposals passed more than expected (a weight of 2), SmolLM2 over a link lost (lookup 0.997x to
+        0.983x)."""
+        return min(1.0, (self._text_passed + TEXT_WEIGHT) / (self._text_expected + TEXT_WEIGHT))
 
     def keep_after(self, n: int, key: object, rows: int, seconds: float, tokens: float, reach: float) -> int:
         """keep() for n free tokens proposed after a round's `rows` (expected to take `seconds` and yield `tokens`,

@@ -102,6 +102,7 @@ class DraftLength(TreeShapes, Splits, Reading):
         for c in self.by_key.values():
             c.restart(self.text_memory, from_texts=False)
         self._tested, self._skip = 0, None
+        self._text_passed = self._text_expected = 0.0
         if self._plain_left > 0 and not self.hopeless() and not self.futile():
             self._plain_left = 1
 
@@ -388,6 +389,8 @@ class DraftLength(TreeShapes, Splits, Reading):
                     self._probe_left -= 1
                     if self._probe_left <= 0:
                         self._probe = "done"
+                if key is not None and self.free:
+                    self.text_heard(key, n_accepted > 0)
                 self.cost.observe_acceptance(n_drafted, n_accepted)
                 if key is not None:
                     self.keyed(key).observe_acceptance(n_drafted, n_accepted)

@@ -379,6 +379,33 @@ def test_keep_verifies_the_length_that_pays_for_that_kind_of_proposal():
     assert d.keep(0, "short") == 0
 
 
+def test_a_text_whose_lookup_proposals_keep_failing_has_fewer_of_them_verified():
+    """Splits.text_factor: this text's first-token outcomes, every kind of proposal together, scale the kind's a_0
+    down (never up), starting from TEXT_WEIGHT proposals' worth of "as expected"; a new text starts again. Verify of
+    m rows: 1 + 0.5 (m - 1) steps; a = 0.9 everywhere, so 3 tokens are kept, as above."""
+    from edgespec.splits import TEXT_WEIGHT
+
+    c = model({m: 1 + 0.5 * (m - 1) for m in range(1, 18)}, 0.0, [0.5] * 16)
+    d = DraftLength(16, adaptive=True, cost=c)
+    assert d.free
+    for kind in ("lookup:2", "lookup:3"):
+        d.keyed(kind).reached, d.keyed(kind).accepted = [1e9] * 16, [0.9e9] * 16
+        d.keyed(kind).prior_weight = 1e-9
+    assert d.text_factor() == 1.0 and d.keep(16, "lookup:2") == 3
+    for _ in range(5):  # five proposals of the other kind failed at their first token in this text
+        d.observe(4, 0, 0.0, key="lookup:3")
+    assert d.text_factor() == pytest.approx(TEXT_WEIGHT / (TEXT_WEIGHT + 5 * 0.9), rel=0.01)
+    assert d.keep(16, "lookup:2") < 3  # a_0 about 0.42: one row's cost for 1.4 tokens does not pay
+    d.new_text()
+    assert d.text_factor() == 1.0 and d.keep(16, "lookup:2") == 3
+    for _ in range(5):  # every proposal passing: as expected at most, the kinds' rates are not raised
+        d.observe(4, 4, 0.0, key="lookup:2")
+    assert d.text_factor() == 1.0
+    dear = DraftLength(16, adaptive=True, cost=model({m: 1.0 for m in range(1, 18)}, 0.5, [0.5] * 16))
+    dear.observe(4, 0, 2.0, key="lookup:2")
+    assert not dear.free and dear.text_factor() == 1.0  # a proposer that costs time is not tallied
+
+
 def test_acceptance_is_kept_per_kind_and_together():
     d = DraftLength(8, adaptive=True, cost=CostModel(prior_weight=1e-9, decay=1.0))
     d.observe(4, 4, 0.0, key="a")
