@@ -36,7 +36,10 @@ def _replay(args: list[str], out: Path, always_read: bool) -> dict:
             + ("Reading.reading_pays = lambda self, *a, **k: True\n" if always_read else "")
             + f"sys.argv = {argv!r}\n"
             f"runpy.run_path({str(REPLAY)!r}, run_name='__main__')\n")
-    subprocess.run([sys.executable, "-c", code], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    r = subprocess.run([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if r.returncode:  # replay.py's own one-line complaint (a bad argument, a missing recording), not a traceback
+        lines = r.stderr.strip().splitlines()
+        sys.exit(f"read_oracle.py: the replay failed: {lines[-1] if lines else f'exit {r.returncode}'}")
     return json.loads(out.read_text())["rows"]
 
 
