@@ -8,6 +8,7 @@ import json
 import math
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -20,12 +21,20 @@ from edgespec.recording import record
 from edgespec.replay import Clock, Curve, Recording, virtual_time
 
 N = 24
+# The tiny pair's decode costs as timed once (2026-12-06, on 2 cores; target T(1) 0.21 ms, draft 0.20 ms). The
+# recording's texts are the models' own, its costs these: the suite's own timings moved the draft model's speedup
+# below from 1.57x to 1.80x and a verdict with them, so a ratio asserted here would hold on one machine and not another.
+FIXED_COSTS = Path(__file__).parent / "tiny_pair_costs.json"
 
 
 @pytest.fixture(scope="module")
 def recording(tiny_pair, tmp_path_factory):
     items = workloads.select(workloads.builtin(), limit=1)  # one per category: what tune measures on
     data = record(str(tiny_pair[0]), str(tiny_pair[1]), items, N, n_threads=2, repeats=2)
+    fixed = json.loads(FIXED_COSTS.read_text())
+    shape = lambda costs: {(m, kind, size) for m, d in costs.items() for kind, t in d.items() for size in t}  # noqa: E731
+    assert shape(json.loads(json.dumps(data["costs"]))) == shape(fixed)  # (what is timed, as the fixed file has it)
+    data["costs"] = fixed
     path = tmp_path_factory.mktemp("replay") / "tiny.json"
     path.write_text(json.dumps(data))
     return Recording.load(path)
@@ -71,7 +80,7 @@ def test_each_decode_costs_what_the_curve_says(recording):
     for r in _replay(recording, "draft:4", tick=0.0):
         for x in r.stats.rounds[1:]:  # a round of K drafts: a verify of K + 1 rows and the draft's decodes
             verify = target(x.n_drafted + 1, x.n_drafted + 1)
-            assert x.seconds >= verify
+            assert x.seconds >= verify - 1e-12  # (times read off a clock: a float's rounding)
             assert x.seconds <= verify + draft(64, 1) + x.n_drafted * draft(1, 1) + 1e-9
 
 
@@ -146,7 +155,7 @@ def test_a_confidence_floor_is_priced_where_it_refuses_first_tokens(recording):
     unfloored, _ = ms_per_token("draft", 0.0)
     high, reasons = ms_per_token("draft", 0.95)
     half, _ = ms_per_token("draft", 0.5)
-    assert plain / unfloored > 1.3  # (the tiny models' costs are timed when the suite records them: 1.47-1.89x seen)
+    assert plain / unfloored > 1.3  # (1.80x under the fixed costs; 1.47-1.89x with the suite's own timings)
     # (before: 0.90x, 157 warm-up rounds for 13 texts, each a draft step for nothing)
     assert plain / high >= 0.97 and reasons.get("warm-up", 0) <= 3 * len(recording.items())
     assert reasons.get("fallback", 0) > reasons.get("probe", 0) + reasons.get("cost", 0)
@@ -267,7 +276,6 @@ def test_bench_texts_compares_text_by_text_and_reads_openings(tmp_path):
     recording, how often the draft's first token of an answer passes against later ones."""
     import subprocess
     import sys
-    from pathlib import Path
 
     script = Path(__file__).parent.parent / "bench" / "texts.py"
     a = [[1.0, 10], [1.0, 10], [1.0, 10]]
