@@ -109,6 +109,20 @@ def test_fallback_when_even_the_best_k_loses_to_plain_and_probe_later():
     assert "512 rounds" in d.decide(100).why and d.fallbacks == 4  # ... and the backoff carries over
 
 
+def test_warm_ups_a_confidence_floor_ended_at_their_first_token_end_in_a_short_wait_then_a_probe():
+    """--draft-p-min: a warm-up round whose first token fell under the floor drafted nothing, so it timed and tested
+    nothing; once warm_up_rounds of them have, more warm-ups would each be a draft step for nothing (the tiny pair
+    under a floor of 0.95, replayed: 22 in the first text). The policy waits the shortest wait, then probes."""
+    d = DraftLength(8, adaptive=True, cost=CostModel(verify_s={1: 0.1, 2: 0.11, 3: 0.12, 4: 0.13, 5: 0.14}))
+    for _ in range(d.warm_up_rounds):
+        assert d.decide(100).reason == "warm-up"
+        d.floored(True, warm_up=True)
+    wait = d.decide(100)
+    assert (wait.k, wait.reason) == (0, "fallback") and "confidence floor" in wait.why
+    reasons = [d.decide(100).reason for _ in range(4)]
+    assert reasons == ["fallback"] * 3 + ["probe"]
+
+
 def test_a_new_text_is_probed_at_once_after_a_fallback_near_break_even():
     # best K=1 at (0.1 + 0.02) / 1.2 = 0.1 s/token: 1.0x plain, just short of the 8% margin
     d = DraftLength(8, adaptive=True, cost=model({m: 0.1 for m in range(1, 18)}, 0.02, [0.2] + [0.0] * 15))
