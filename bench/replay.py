@@ -102,8 +102,7 @@ def do_trace(args) -> None:
                                args.switch_ms)
     with virtual_time(clock):
         if args.tune:
-            engine = _tuning(args, rec).engine(clock, target, draft, draft_max=args.draft_max,
-                                               draft_p_min=args.draft_p_min)
+            engine = _tuning(args, rec).engine(clock, target, draft, draft_max=args.draft_max)  # (as tune's: no floor)
             autotune.tune(engine, args.tune_seconds, 48, True, None)
             engine.close(remember=False)
         engine = rec.engine(clock, target, draft, draft_max=args.draft_max, draft_p_min=args.draft_p_min)
@@ -128,8 +127,9 @@ def do_run(args) -> dict:
     target, draft = rec.curves(args.latency_ms, args.verify_slope, args.target_scale, args.draft_slope,
                                args.switch_ms)
     with virtual_time(clock):
-        engine = _tuning(args, rec).engine(clock, target, draft, draft_max=args.draft_max,
-                                           draft_p_min=args.draft_p_min)
+        # edgespec tune has no confidence floor: it times the draft's rounds whole (a floor would cut its fixed-K
+        # rounds short, and the profile would price K = 8 at the cost of the rounds the floor ended early)
+        engine = _tuning(args, rec).engine(clock, target, draft, draft_max=args.draft_max)
         tuned = autotune.tune(engine, args.tune_seconds, 48, True, None) if args.tune else None
         engine.close(remember=False)
         # a new process, the profile on disk
