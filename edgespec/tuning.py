@@ -192,18 +192,18 @@ class DraftLength(TreeShapes, Splits, Reading):
             # nothing left to learn there: the rest would only cost their rounds (SmolLM2 F16 with its Q4_1 copy
             # on an AVX-512 host, where a draft step costs a target step: three warm-up rounds of 81-93 ms against
             # 13 ms steps, the first text at 0.69x). It waits as after a probe that said so.
-            if per_token is None and self._floored_warm_ups >= self.warm_up_rounds:
-                # A confidence floor ended the warm-ups at their first tokens: nothing timed or tested, and more would
-                # each be a draft step for nothing (the tiny pair, floor 0.95, replayed: 22 in the first text).
-                self._plain_left, self.fallbacks = self._wait(self.margin), self.fallbacks + 1
-                return Decision(0, "fallback", f"the confidence floor ended the warm-ups at their first tokens: "
-                                               f"plain decoding for {self._plain_left} rounds, then a probe")
             if self.cost.n_observed and self.hopeless():
                 self._failed_probes = max(self._failed_probes, 1)
                 self._plain_left = self._wait(self._behind_by())
                 self.fallbacks += 1
                 return Decision(0, "fallback", f"the warm-up timed the draft: drafting could not pay even if every "
                                                f"drafted token passed; plain decoding for {self._plain_left} rounds")
+            if per_token is None and self._floored_warm_ups >= self.warm_up_rounds:
+                # A confidence floor ended the warm-ups at their first tokens: nothing timed or tested, and more would
+                # each be a draft step for nothing (the tiny pair, floor 0.95, replayed: 22 in the first text).
+                self._plain_left, self.fallbacks = self._wait(self.margin), self.fallbacks + 1
+                return Decision(0, "fallback", f"the confidence floor ended the warm-ups at their first tokens: "
+                                               f"plain decoding for {self._plain_left} rounds, then a probe")
             return Decision(min(k_max, self.probe_k), "warm-up")
         ratio = per_token * self.outcomes.optimism() / plain
         if ratio >= self.margin and k_max < limit and self._probe != "done":

@@ -22,8 +22,8 @@ from edgespec.replay import Clock, Curve, Recording, virtual_time
 
 N = 24
 # The tiny pair's decode costs as timed once (2026-12-06, on 2 cores; target T(1) 0.21 ms, draft 0.20 ms). The
-# recording's texts are the models' own, its costs these: the suite's own timings moved the draft model's speedup
-# below from 1.57x to 1.80x and a verdict with them, so a ratio asserted here would hold on one machine and not another.
+# recording's texts are the models' own, its costs these: with the suite's own timings the draft model's speedup in
+# the floor's test below ranged over 1.47-1.89x, and a verdict with it (CI failed at 0.965x where 0.97 is asked).
 FIXED_COSTS = Path(__file__).parent / "tiny_pair_costs.json"
 
 
