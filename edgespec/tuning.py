@@ -63,8 +63,7 @@ class DraftLength(TreeShapes, Splits, Reading):
         self.text_memory = 2.0  # at a new text, what earlier texts showed counts as at most this many rounds
         self.warm_up_rounds = 3
         self.explore_every = explore_every  # every n-th round drafts one more than the best K, to keep learning
-        self._rounds = 0
-        self.fallbacks = 0
+        self._rounds = self.fallbacks = 0
         # A confidence floor (--draft-p-min) ends a round at its first token when the draft's top probability is
         # under it: a draft step for nothing, which the acceptance of the tokens drafted never shows. Its rate over
         # the rounds that drafted (fading) enters the expected cost per token (_floored_cost).
@@ -256,8 +255,7 @@ class DraftLength(TreeShapes, Splits, Reading):
 
     def drafting_planned(self) -> None:
         """In a chain, the plan chose to draft with this part: drafting pays here, a probe's verdict included."""
-        self._after_probe = False
-        self._failed_probes = 0
+        self._after_probe, self._failed_probes = False, 0
 
     def confidence_stop(self, rows: int, reach: float = 1.0, active: bool = True,
                         least: int = 0) -> ConfidenceStop | None:
