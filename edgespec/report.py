@@ -24,6 +24,7 @@ def tables(report: Report, rows: dict) -> str:
                  if c in rows[m] else "-" for m in modes]
         out.append(f"{c:<15}" + "".join(f"{x:>{width}}" for x in cells))
     out += _intervals(rows)
+    out += _end_to_end(rows, cats, modes, width)
     out += ["", "overall, per mode",
             f"{'mode':<10}{'ms/tok':>8}{'speedup':>8}{'same':>7}{'accept':>7}{'acc/rnd':>8}{'tok/rnd':>8}"
             + "".join(f"{p[:6]:>8}" for p in PHASES) + f"{'py':>6}{'TTFT':>8}{'e2e t/s':>8}  acceptance by position"]
@@ -64,22 +65,44 @@ def _intervals(rows: dict) -> list[str]:
         else []
 
 
+def _end_to_end(rows: dict, cats: list[str], modes: list[str], width: int) -> list[str]:
+    """Per category: each mode's tokens per second from the request to its last token (prompt reading included,
+    a draft model's as well as the target's) over plain's; plain: its tokens per second. The per-token table leaves
+    the prompt out: a draft model that reads a prompt it then drafts little on gains there and loses here."""
+    if not all("end_to_end_tok_s" in r for by_cat in rows.values() for r in by_cat.values()) or "plain" not in rows:
+        return []  # (a run saved before these were kept per category)
+    out = ["", "end to end by category (tokens per second with the prompt's reading, over plain's; plain: its tokens "
+           "per second)", f"{'category':<15}" + "".join(f"{m:>{width}}" for m in modes)]
+    for c in cats:
+        plain = rows["plain"].get(c, {}).get("end_to_end_tok_s")
+        cells = [("-" if c not in rows[m] or not plain else f"{plain:.1f}t/s" if m == "plain" else
+                  f"{rows[m][c]['end_to_end_tok_s'] / plain:.2f}x") for m in modes]
+        out.append(f"{c:<15}" + "".join(f"{x:>{width}}" for x in cells))
+    return out
+
+
 def _against_parts(rows: dict, cats: list[str]) -> list[str]:
     """Per category: the adaptive draft model over its best fixed K, and the hybrid over the better of its parts,
     each with its 95% interval over prompts where the run kept them (intervals.speedup_interval, of the adaptive
-    mode's speed against that part's)."""
+    mode's speed against that part's); and the hybrid over the better of its parts end to end (no interval: the
+    prompts' own end-to-end times are not kept)."""
     fixed = [m for m in rows if m.startswith("draft:")]
     columns = {}
     if "draft" in rows and fixed:
-        columns["draft / best draft:K"] = ("draft", fixed)
+        columns["draft / best draft:K"] = ("draft", fixed, "speedup")
     if {"hybrid", "draft", "lookup"} <= set(rows):
-        columns["hybrid / better of draft, lookup"] = ("hybrid", ["draft", "lookup"])
+        columns["hybrid / better of draft, lookup"] = ("hybrid", ["draft", "lookup"], "speedup")
+        if all("end_to_end_tok_s" in rows[m][c] for m in ("hybrid", "draft", "lookup") for c in cats
+               if c in rows[m]):
+            columns["hybrid / better, end to end"] = ("hybrid", ["draft", "lookup"], "end_to_end_tok_s")
     if not columns:
         return []
 
-    def cell(c: str, mode: str, parts: list[str]) -> str:
-        best = max(parts, key=lambda m: rows[m][c]["speedup"])
-        text = f"{rows[mode][c]['speedup'] / rows[best][c]['speedup']:.2f}"
+    def cell(c: str, mode: str, parts: list[str], figure: str) -> str:
+        best = max(parts, key=lambda m: rows[m][c][figure])
+        text = f"{rows[mode][c][figure] / rows[best][c][figure]:.2f}"
+        if figure != "speedup":
+            return text
         mine, theirs = rows[mode][c].get("items"), rows[best][c].get("items")
         span = speedup_interval(theirs, mine) if mine and theirs else None
         return text + (f" [{span[0]:.2f}-{span[1]:.2f}]" if span else "")

@@ -211,6 +211,18 @@ def test_the_speedup_comes_with_its_interval_over_prompts():
     rows["lookup"]["writing"]["items"] = [[(0.5, 10)] * 6]
     kept = report._against_parts(rows, ["writing"])
     assert "[its 95% interval over prompts]" in kept[1] and kept[-1].split() == ["writing", "0.80", "[0.80-0.80]"]
+    # end to end (the prompt's reading included): the hybrid against whichever part is ahead there, which need not
+    # be the one ahead per token; a saved run without the figure per category shows neither
+    for m, e2e in (("plain", 10.0), ("draft", 9.0), ("lookup", 12.0), ("hybrid", 11.4)):
+        rows.setdefault(m, {"writing": {"speedup": 1.0}})["writing"]["end_to_end_tok_s"] = e2e
+    both = report._against_parts(rows, ["writing"])
+    assert "hybrid / better, end to end" in both[2] and both[-1].split()[-1] == "0.95"
+    width = 10
+    table = report._end_to_end(rows, ["writing"], list(rows), width)
+    assert table[-1].split() == ["writing", "0.90x", "1.20x", "1.14x", "10.0t/s"]
+    del rows["lookup"]["writing"]["end_to_end_tok_s"]
+    assert report._end_to_end(rows, ["writing"], list(rows), width) == []
+    assert "end to end" not in report._against_parts(rows, ["writing"])[2]
 
 
 def test_choice_is_the_lowest_measured_cost():
