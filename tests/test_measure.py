@@ -217,11 +217,10 @@ def test_the_speedup_comes_with_its_interval_over_prompts():
         rows.setdefault(m, {"writing": {"speedup": 1.0}})["writing"]["end_to_end_tok_s"] = e2e
     both = report._against_parts(rows, ["writing"])
     assert "hybrid / better, end to end" in both[2] and both[-1].split()[-1] == "0.95"
-    width = 10
-    table = report._end_to_end(rows, ["writing"], list(rows), width)
+    table = report._end_to_end(rows, ["writing"], list(rows), 10)
     assert table[-1].split() == ["writing", "0.90x", "1.20x", "1.14x", "10.0t/s"]
     del rows["lookup"]["writing"]["end_to_end_tok_s"]
-    assert report._end_to_end(rows, ["writing"], list(rows), width) == []
+    assert report._end_to_end(rows, ["writing"], list(rows), 10) == []
     assert "end to end" not in report._against_parts(rows, ["writing"])[2]
 
 
