@@ -153,7 +153,10 @@ def test_completions_logprobs_in_openais_legacy_shape_streamed_or_not(server, re
             for key in joined:
                 joined[key] += getattr(chunk.choices[0].logprobs, key)
     assert joined["tokens"] == lp.tokens and joined["text_offset"] == lp.text_offset
-    assert joined["token_logprobs"] == pytest.approx(lp.token_logprobs, abs=1e-6)
+    # (two generations: the server's policies decide by timings, so one may verify rows in a batch where the other
+    # decoded them one by one, and a batched row's logits differ from a single one's by the kernels' rounding: CI
+    # once saw 4e-4 here, one local run in three too; with speculation off, five runs of five agreed to 1e-6)
+    assert joined["token_logprobs"] == pytest.approx(lp.token_logprobs, abs=5e-3)
 
 
 @pytest.mark.parametrize("body,status,code,param", [
