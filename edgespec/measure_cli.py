@@ -170,7 +170,8 @@ def _show_saved(path: str, plot_path: str | None) -> None:
         tables = report.tables(rep, rows)  # (before anything is shown: a record missing a figure is refused whole)
     except OSError as e:
         raise InvalidArgument(f"--from-json: cannot read {path}: {e.strerror or e}") from None
-    except (ValueError, KeyError, TypeError, AttributeError, IndexError):  # (IndexError: items not (s, n) pairs)
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError, ZeroDivisionError):  # (IndexError: items
+        # not (s, n) pairs; ZeroDivisionError: a speed of 0, which no run writes)
         raise InvalidArgument(f"--from-json: {path} is not a file `edgespec bench --json` wrote") from None
     click.echo(f"{head} (saved {data.get('date', '?')} by `{data.get('command', '?')}`)")
     click.echo(tables)

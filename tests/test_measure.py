@@ -108,6 +108,12 @@ def test_bench_command_on_the_tiny_pair(tiny_pair, tmp_path):
     bad.write_text(json.dumps(data))
     r = run("bench", "--from-json", bad)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "not a file" in r.stderr, r.stderr
+    data = json.loads(out.read_text())  # a figure no run writes: the parts' end-to-end speeds at 0
+    for mode in ("draft", "lookup"):
+        data["rows"][mode]["code_edit"]["end_to_end_tok_s"] = 0.0
+    bad.write_text(json.dumps(data))
+    r = run("bench", "--from-json", bad)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "not a file" in r.stderr, r.stderr
 
 
 def test_bench_fresh_starts_every_prompt_anew(tiny_pair, profiles, monkeypatch):
