@@ -304,7 +304,7 @@ class Engine:
         if run.sampling.greedy:
             n, nxt = verify_greedy(logits.argmax(axis=1), prop.tokens)
         else:
-            p = Rows(logits, run.sampling)  # a row is computed when verification reaches it
+            p = Rows(logits, run.sampling)  # rows are computed as verification reaches them
             n, nxt = verify_sampled(p, prop.q, prop.tokens, run.rng)
         # Keep seq[:-1] + seq[-1] + the accepted drafts: once nxt is appended, that is the new seq[:-1].
         self.target.truncate(len(run.seq) + n)

@@ -131,3 +131,40 @@ def test_rows_computes_only_what_verification_reads():
     assert a == b and a[0] <= 1
     assert set(lazy._done) <= {0, 1}  # rows past the rejection were never computed
     np.testing.assert_array_equal(lazy[1], dense[1])
+
+
+def test_rows_are_computed_together_as_verification_goes_on_and_equal_the_dense_rows():
+    from edgespec.sampling import Rows
+    from edgespec.verify import verify_sampled
+
+    rng = np.random.default_rng(1)
+    logits = (rng.standard_normal((9, 4096)) * 3).astype(np.float32)
+    draft = [int(np.argmax(row)) for row in logits[:-1]]
+    logits[np.arange(8), draft] += 30  # each drafted token nearly certain: verification reads every row
+    c = cfg(top_k=40)
+    dense = probabilities(logits, c)
+    lazy = Rows(logits, c)
+    assert verify_sampled(lazy, None, draft, np.random.default_rng(5)) == \
+        verify_sampled(dense, None, draft, np.random.default_rng(5))
+    assert sorted(lazy._done) == list(range(9))
+    for i in range(9):  # a row computed in a group is the row computed alone, bit for bit
+        np.testing.assert_array_equal(lazy[i], dense[i])
+    early = Rows(logits, c)  # position 3's token is outside the top 40: rejected there, with rows 0-3 read
+    assert verify_sampled(early, None, draft[:3] + [int(np.argmin(logits[3]))] + draft[4:], rng)[0] == 3
+    assert set(early._done) == set(range(6))  # rows 0-1, then 2-5; 6-8 never computed
+    neg = Rows(logits, c)
+    np.testing.assert_array_equal(neg[-1], dense[-1])  # a negative index names the row it names in the array
+    assert set(neg._done) == {8}
+
+
+@pytest.mark.parametrize("vocab,scale", [(151936, 1.0), (151936, 8.0), (49152, 3.0), (1000, 2.0), (32001, 2.0)])
+def test_top_probability_is_the_softmax_maximum(vocab, scale):
+    from edgespec.sampling import top_probability
+
+    rng = np.random.default_rng(vocab)
+    for peak in (0.0, 5.0, 25.0):  # flat, middling, near certain
+        logits = (rng.standard_normal(vocab) * scale).astype(np.float32)
+        logits[rng.integers(vocab)] += peak
+        z = logits.astype(np.float64) - logits.max()
+        exact = 1.0 / np.exp(z).sum()
+        assert top_probability(logits) == pytest.approx(exact, rel=3.2e-4)

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..backend import Context
 from ..costs import running
-from ..sampling import SamplingConfig, probabilities, sample
+from ..sampling import SamplingConfig, probabilities, sample, top_probability
 from ..tree import without
 from . import Proposal
 
@@ -144,7 +144,7 @@ class DraftModelProposer:
         its q joins qs; with alts (a tree), the second choice there joins them."""
         if sampling.greedy:
             tok = int(np.argmax(logits))
-            top = _top_probability(logits) if self.p_min > 0 or branching or stop is not None else 1.0
+            top = top_probability(logits) if self.p_min > 0 or branching or stop is not None else 1.0
             if top < self.p_min or (stop is not None and not stop.keep(i, top)):
                 self.refused, self.floored = (tok, top), top < self.p_min
                 return None
@@ -233,7 +233,3 @@ class DraftModelProposer:
         self.ctx.close()
         self.ctx.model.close()
 
-
-def _top_probability(logits: np.ndarray) -> float:
-    z = logits - logits.max()
-    return float(1.0 / np.exp(z).sum())
