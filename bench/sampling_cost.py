@@ -30,15 +30,22 @@ VOCAB = 151936
 DRAFT = Path.home() / ".cache" / "edgespec-bench" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 
 
-def real_logits(rows: int) -> np.ndarray | None:
+PROSE = ("The committee met on Tuesday to discuss the budget for the coming year. After a long debate about the "
+         "library's opening hours, the members agreed to keep the branch open on Sundays, but only in winter. ")
+CODE = ("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n    if n < 2:\n"
+        "        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n")
+
+
+def real_logits() -> np.ndarray | None:
+    """The 0.5B draft's logits at every position of a paragraph of prose, then a function: a verify's rows are the
+    last ones (code, mostly certain), a drafted token's row any of them (prose, mostly not)."""
     if not DRAFT.exists():
         return None
     from edgespec.backend import Context, Model
 
     ctx = Context(Model(str(DRAFT)), 512, 2)
-    toks = ctx.model.tokenize("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n    if n < 2:\n"
-                              "        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n")
-    return ctx.decode(toks, range(len(toks) - rows, len(toks)))
+    toks = ctx.model.tokenize(PROSE + CODE)
+    return ctx.decode(toks, range(len(toks)))
 
 
 def sampling_at(rev: str):
@@ -53,9 +60,15 @@ def sampling_at(rev: str):
     return module
 
 
-def cases(m, logits: np.ndarray) -> dict:
-    """What is timed, with the sampling module m (probabilities, Rows, and top_probability where it has one)."""
+def cases(m, logits: np.ndarray, every: np.ndarray) -> dict:
+    """What is timed, with the sampling module m (probabilities, Rows, and top_probability where it has one): a
+    verify of the rows `logits`, a drafted token's row taken in turn from `every`."""
     cfg, rng = m.SamplingConfig(0.8, 40, 0.95, 0.05), np.random.default_rng(1)
+    turn = iter(range(1 << 62))
+
+    def row() -> np.ndarray:
+        return every[next(turn) % len(every)]
+
     draft = [int(t) for t in logits[:-1].argmax(axis=1)]  # a draft the target mostly accepts: every row is reached
     noisy = logits[:-1] + 0.3 * np.random.default_rng(2).standard_normal(logits[:-1].shape).astype(np.float32)
     q = list(m.probabilities(noisy, cfg))
@@ -73,8 +86,8 @@ def cases(m, logits: np.ndarray) -> dict:
         "sampled: accept a sampled draft (q)": lambda: verify_sampled(m.Rows(logits, cfg), q, qd, rng),
         "sampled: a rejection at position 3": lambda: verify_sampled(m.Rows(logits, cfg), None, early, rng),
         "sampled: a rejection at position 1": lambda: verify_sampled(m.Rows(logits, cfg), None, first, rng),
-        "one draft row's q (per drafted token)": lambda: m.probabilities(logits[0], cfg),
-        "one greedy draft row's confidence": lambda: top(logits[0]),
+        "one draft row's q (per drafted token)": lambda: m.probabilities(row(), cfg),
+        "one greedy draft row's confidence": lambda: top(row()),
     }
 
 
@@ -99,15 +112,16 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=200)
     ap.add_argument("--against", metavar="REV", help="also time edgespec/sampling.py as at this git revision")
     args = ap.parse_args()
-    logits = real_logits(args.rows)
-    source = f"real logits ({DRAFT.name})"
-    if logits is None:
+    every = real_logits()
+    source = f"real logits ({DRAFT.name}, {len(every) if every is not None else 0} positions)"
+    if every is None:
         rng = np.random.default_rng(0)
-        logits = (rng.standard_normal((args.rows, VOCAB)) * 2.5).astype(np.float32)
-        logits[:, rng.integers(0, VOCAB, 64)] += 12
+        every = (rng.standard_normal((args.rows, VOCAB)) * 2.5).astype(np.float32)
+        every[:, rng.integers(0, VOCAB, 64)] += 12
         source = "synthetic logits"
+    logits = every[-args.rows:]
     modules = [sampling] + ([sampling_at(args.against)] if args.against else [])
-    runs = [cases(m, logits) for m in modules]
+    runs = [cases(m, logits, every) for m in modules]
     print(f"{args.rows} rows x {logits.shape[1]} vocabulary, {source}; {args.repeats} repeats"
           + (f"; before: edgespec/sampling.py at {args.against}" if args.against else ""), file=sys.stderr)
     for name in runs[0]:

