@@ -104,16 +104,23 @@ def _softmax(x: np.ndarray) -> np.ndarray:
 def probabilities(logits: np.ndarray, config: SamplingConfig) -> np.ndarray:
     """A dense float32 distribution over the vocabulary (zeros outside the kept support); for a 2-D array, one per
     row, computed together. Filtering comes before any exponential: only the top-k candidates are found (_top_k)
-    and normalised, in float64."""
+    and normalised, in float64 (_kept)."""
     logits = np.asarray(logits)
     if logits.ndim == 1:
         return probabilities(logits[None], config)[0]
+    ids, probs = _kept(logits, config)
+    out = np.zeros(logits.shape, dtype=np.float32)  # float32: half the memory to write per row
+    out[np.arange(len(ids))[:, None], ids] = probs
+    return out
+
+
+def _kept(logits: np.ndarray, config: SamplingConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's candidates after the filters: their ids, most likely first, and their probabilities (0 for those
+    the filters left out)."""
     n, vocab = logits.shape
     rows = np.arange(n)[:, None]
-    out = np.zeros((n, vocab), dtype=np.float32)  # float32: half the memory to write per row
     if config.greedy:
-        out[rows[:, 0], np.argmax(logits, axis=1)] = 1.0
-        return out
+        return np.argmax(logits, axis=1)[:, None], np.ones((n, 1))
     k = config.top_k if 0 < config.top_k < vocab else vocab
     ids = _top_k(logits, k) if k < vocab else np.broadcast_to(np.arange(vocab), (n, vocab))
     kept = logits[rows, ids].astype(np.float64)  # (fancy indexing: take_along_axis costs more than the work here)
@@ -131,8 +138,7 @@ def probabilities(logits: np.ndarray, config: SamplingConfig) -> np.ndarray:
         keep = np.minimum(keep, (kept >= np.log(config.min_p)).sum(axis=1))
     scaled = np.where(np.arange(k) < keep[:, None], kept / config.temperature, -np.inf)
     e = np.exp(scaled)
-    out[rows, ids] = e / e.sum(axis=1, keepdims=True)
-    return out
+    return ids, e / e.sum(axis=1, keepdims=True)
 
 
 class Rows:
@@ -141,24 +147,55 @@ class Rows:
     twice as many as are done already, at least two: rows 0-1, then 2-5, then 6-17. Rows computed together cost
     little more than one (a call's own work is most of a row's: at the Qwen vocabulary 9 rows together take
     ~0.7 ms, one ~0.16 ms; bench/sampling_cost.py), and a round that passed its first tokens mostly passes more.
-    Indexes like the (rows, vocabulary) array it stands for."""
+
+    A row is kept as its support (ids in increasing order, float32 probabilities: the dense row's values), which is
+    all that acceptance (prob) and drawing (draw) read; the dense row is written only where it is indexed (a residual
+    against a draft's q, a tree's siblings). Indexes like the (rows, vocabulary) array it stands for."""
 
     def __init__(self, logits: np.ndarray, config: SamplingConfig) -> None:
         self.logits, self.config = logits, config
         self.shape = logits.shape
-        self._done: dict[int, np.ndarray] = {}
+        self._done: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._dense: dict[int, np.ndarray] = {}
+
+    def support(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """Row i's kept ids, in increasing order, and their probabilities."""
+        i = range(len(self))[i]  # (a negative index as the row it names)
+        if i not in self._done:
+            end = min(len(self), i + max(2, 2 * len(self._done)))
+            while any(j in self._done for j in range(i + 1, end)):  # (a tree reads rows out of order)
+                end -= 1
+            ids, probs = _kept(self.logits[i:end], self.config)
+            for j in range(end - i):
+                kept = probs[j] > 0
+                order = np.argsort(ids[j][kept])
+                self._done[i + j] = ids[j][kept][order], probs[j][kept][order].astype(np.float32)
+        return self._done[i]
+
+    def prob(self, i: int, x: int) -> float:
+        """p_i(x)."""
+        ids, probs = self.support(i)
+        j = int(np.searchsorted(ids, x))
+        return float(probs[j]) if j < len(ids) and ids[j] == x else 0.0
+
+    def draw(self, i: int, rng: np.random.Generator, without: int | None = None) -> int:
+        """A token from row i; without: from the row with that token's probability taken out (the residual after a
+        deterministic proposal of it was rejected: residual(p, None, x)). As sample() on the dense row."""
+        ids, probs = self.support(i)
+        if without is not None and probs[ids == without].sum() < probs.sum():
+            probs = np.where(ids == without, 0.0, probs)
+        cdf = np.cumsum(probs, dtype=np.float64)
+        return int(ids[min(int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right")), len(ids) - 1)])
 
     def __getitem__(self, i):
         if isinstance(i, tuple):
             return self[i[0]][i[1]]
-        if i not in self._done:
-            i = range(len(self))[i]  # (a negative index as the row it names)
-            end = min(len(self), i + max(2, 2 * len(self._done)))
-            while any(j in self._done for j in range(i + 1, end)):  # (a tree reads rows out of order)
-                end -= 1
-            for j, row in enumerate(probabilities(self.logits[i:end], self.config), i):
-                self._done[j] = row
-        return self._done[i]
+        i = range(len(self))[i]
+        if i not in self._dense:
+            ids, probs = self.support(i)
+            self._dense[i] = row = np.zeros(self.shape[1], dtype=np.float32)
+            row[ids] = probs
+        return self._dense[i]
 
     def __len__(self) -> int:
         return self.shape[0]

@@ -11,7 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .sampling import sample
+from .sampling import Rows, sample
 
 
 def verify_greedy(target_argmax: Sequence[int], draft: Sequence[int]) -> tuple[int, int]:
@@ -49,13 +49,32 @@ def verify_sampled(
 
     Returns (n_accepted, next_token).
     """
+    rows = p if isinstance(p, Rows) else _Dense(p)
     for i, x in enumerate(draft):
         qi = None if q is None else q[i]
         in_vocab = x < p.shape[1]  # a draft id outside the target's vocab has p = 0: always rejected
-        px = p[i][x] if in_vocab else 0.0
+        px = rows.prob(i, x) if in_vocab else 0.0
         qx = qi[x] if qi is not None and in_vocab else 1.0
         # u < px/qx written without the division: qx = 0 < px (never drafted by q itself) accepts; px = 0 rejects.
         if rng.random() * qx < px:
             continue
-        return i, sample(residual(p[i], qi, x), rng)
-    return len(draft), sample(p[len(draft)], rng)
+        if qi is None:  # the residual of a deterministic proposal: p without x
+            return i, rows.draw(i, rng, without=x)
+        return i, sample(residual(rows[i], qi, x), rng)
+    return len(draft), rows.draw(len(draft), rng)
+
+
+class _Dense:
+    """Distributions already computed, one row each, read as sampling.Rows reads its own (prob, draw)."""
+
+    def __init__(self, p: np.ndarray) -> None:
+        self.p = p
+
+    def prob(self, i: int, x: int) -> float:
+        return self.p[i][x]
+
+    def draw(self, i: int, rng: np.random.Generator, without: int | None = None) -> int:
+        return sample(self.p[i] if without is None else residual(self.p[i], None, without), rng)
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.p[i]

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from edgespec.sampling import sample
+from edgespec.sampling import Rows, SamplingConfig, probabilities, sample
 from edgespec.verify import residual, verify_greedy, verify_sampled
 from stats_util import assert_follows, chi2_critical, chi2_stat
 
@@ -127,3 +127,62 @@ def test_the_statistical_check_catches_a_wrong_residual():
     rng = np.random.default_rng(1234)
     stat, df = chi2_stat(np.bincount(first_tokens(p, q, rng, N, verify=wrong), minlength=len(p)), p)
     assert stat > chi2_critical(df)
+
+
+# ---- the same through sampling.Rows, which reads a row's support (ids and probabilities) instead of a dense row --
+
+FLAT = SamplingConfig(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)  # probabilities = softmax(logits): p itself
+
+
+def through_rows(p: np.ndarray):
+    """verify_sampled as the engine calls it: on sampling.Rows of logits whose distribution under FLAT is p."""
+    with np.errstate(divide="ignore"):
+        logits = np.log(p).astype(np.float32)
+
+    def verify(ps, qs, draft, rng):
+        return verify_sampled(Rows(np.stack([logits] * len(ps)), FLAT), qs, draft, rng)
+    return verify
+
+
+@pytest.mark.parametrize("p,q", PAIRS)
+def test_rows_output_follows_target_distribution(p, q):
+    rng = np.random.default_rng(4321)
+    assert_follows(np.bincount(first_tokens(p, q, rng, N // 4, verify=through_rows(p)), minlength=len(p)), p / p.sum())
+
+
+@pytest.mark.parametrize("p", [pair[0] for pair in PAIRS])
+def test_rows_one_hot_proposal_output_follows_target_distribution(p):
+    rng = np.random.default_rng(77)
+    assert_follows(np.bincount(first_tokens(p, None, rng, N // 4, verify=through_rows(p)), minlength=len(p)),
+                   p / p.sum())
+
+
+def test_the_rows_check_catches_a_residual_that_keeps_the_rejected_token(monkeypatch):
+    """A negative control for the support's residual: a draw after a rejected proposal that ignores which token was
+    rejected must fail the same check."""
+    keep = Rows.draw
+    monkeypatch.setattr(Rows, "draw", lambda self, i, rng, without=None: keep(self, i, rng))
+    p = PAIRS[0][0]
+    rng = np.random.default_rng(77)
+    stat, df = chi2_stat(np.bincount(first_tokens(p, None, rng, N // 4, verify=through_rows(p)), minlength=len(p)),
+                         p)
+    assert stat > chi2_critical(df)
+
+
+def test_rows_read_the_dense_rows_values():
+    """At a large vocabulary with the default filters: p_i(x) and each row as the dense probabilities give them, and
+    a row's draws (with and without a token) follow it."""
+    rng = np.random.default_rng(5)
+    cfg = SamplingConfig(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05)
+    logits = (rng.standard_normal((3, 20000)) * 3).astype(np.float32)
+    dense, rows = probabilities(logits, cfg), Rows(logits, cfg)
+    support = np.flatnonzero(dense[1])
+    assert all(rows.prob(1, int(x)) == dense[1][x] for x in support)
+    assert rows.prob(1, int(np.setdiff1d(np.arange(20000), support)[0])) == 0.0
+    np.testing.assert_array_equal(rows[2], dense[2])
+    x = int(np.argmax(dense[1]))
+    without = dense[1].copy()
+    without[x] = 0.0
+    for w, want in ((None, dense[1]), (x, without / without.sum())):
+        counts = np.bincount([rows.draw(1, rng, without=w) for _ in range(20_000)], minlength=20000)
+        assert_follows(counts[support], want[support])
