@@ -1,14 +1,15 @@
 """What Python's sampling and acceptance cost per verify round, at the Qwen vocabulary (151,936 tokens).
 
-    .venv/bin/python bench/sampling_cost.py                 # real logits from the 0.5B draft if present, else synthetic
-    .venv/bin/python bench/sampling_cost.py --against HEAD  # and REV's edgespec/sampling.py, timed in turn with this
-                                                            # tree's in the same run: before / after as a ratio
+    .venv/bin/python bench/sampling_cost.py                 # real logits from the 0.5B draft if present,
+                                                            # else synthetic
+    .venv/bin/python bench/sampling_cost.py --against HEAD  # and REV's edgespec/sampling.py, timed in turn with
+                                                            # this tree's in the same run: before / after
 
 Per round of R rows (R-1 drafted tokens and the bonus row): greedy (argmax + accept) and sampled (temperature 0.8,
-top-k 40, top-p 0.95, min-p 0.05: probabilities of every row, then rejection sampling against a deterministic
-draft and against a sampled one; the engine computes a row when verification reaches it, so a rejection at
-position 1 or 3 reads only that many); per drafted token, the draft's q when sampling and its confidence (top
-probability) when greedy, which the confidence stop reads. Prints milliseconds per round and per row (the median
+top-k 40, top-p 0.95, min-p 0.05, and once without top-k: probabilities of every row, then rejection sampling
+against a deterministic draft and against a sampled one; the engine computes rows as verification reaches them,
+so a rejection at position 1 or 3 reads about that many); per drafted token, the draft's q when sampling and its
+confidence (top probability) when greedy, which the confidence stop reads. Prints milliseconds per round and per row (the median
 over batches: this machine's timings wander between runs by up to 2x); numbers, not assertions.
 """
 from __future__ import annotations
@@ -64,6 +65,7 @@ def cases(m, logits: np.ndarray, every: np.ndarray) -> dict:
     """What is timed, with the sampling module m (probabilities, Rows, and top_probability where it has one): a
     verify of the rows `logits`, a drafted token's row taken in turn from `every`."""
     cfg, rng = m.SamplingConfig(0.8, 40, 0.95, 0.05), np.random.default_rng(1)
+    no_k = m.SamplingConfig(0.8, 0, 0.95, 0.05)  # (top-k 0: off, as with the min-p recipe)
     turn = iter(range(1 << 62))
 
     def row() -> np.ndarray:
@@ -86,6 +88,8 @@ def cases(m, logits: np.ndarray, every: np.ndarray) -> dict:
         "sampled: accept a sampled draft (q)": lambda: verify_sampled(m.Rows(logits, cfg), q, qd, rng),
         "sampled: a rejection at position 3": lambda: verify_sampled(m.Rows(logits, cfg), None, early, rng),
         "sampled: a rejection at position 1": lambda: verify_sampled(m.Rows(logits, cfg), None, first, rng),
+        "sampled, top-k off: accept a deterministic draft": lambda: verify_sampled(m.Rows(logits, no_k), None, draft,
+                                                                                   rng),
         "one draft row's q (per drafted token)": lambda: m.probabilities(row(), cfg),
         "one greedy draft row's confidence": lambda: top(row()),
     }
@@ -127,7 +131,7 @@ def main() -> None:
     for name in runs[0]:
         s = timed([run[name] for run in runs], args.repeats)
         rows = 1 if name.startswith("one") else args.rows
-        line = f"{name:<42} {1000 * s[0]:7.3f} ms per {'row' if rows == 1 else 'round'}  " \
+        line = f"{name:<50} {1000 * s[0]:7.3f} ms per {'row' if rows == 1 else 'round'}  " \
                f"({1000 * s[0] / rows:.3f} ms per row)"
         if len(s) > 1:
             line += f"  before {1000 * s[1]:7.3f} ms: {s[1] / s[0]:.2f}x"

@@ -82,7 +82,11 @@ def reference(logits, c):
 
 @pytest.mark.parametrize("vocab", [20_000, 20_001, 151_936])  # a multiple of the group size, and not
 @pytest.mark.parametrize("c", [cfg(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05), cfg(top_k=7),
-                               cfg(temperature=1.3, top_k=100, top_p=0.9), cfg(top_k=60, min_p=0.2)])
+                               cfg(temperature=1.3, top_k=100, top_p=0.9), cfg(top_k=60, min_p=0.2),
+                               # without top-k (the min-p recipe among them): the candidates found without sorting
+                               # the whole vocabulary, top-p's mass still over all of it
+                               cfg(temperature=0.7, top_k=0, top_p=1.0, min_p=0.05), cfg(top_k=0, top_p=0.9),
+                               cfg(top_k=0, top_p=0.95, min_p=0.02), cfg(temperature=0.8, top_k=0, top_p=1.0)])
 def test_large_vocabularies_match_the_plain_filters(vocab, c):
     rng = np.random.default_rng(vocab)
     logits = (rng.standard_normal((3, vocab)) * 3).astype(np.float32)
