@@ -9,8 +9,8 @@ Per round of R rows (R-1 drafted tokens and the bonus row): greedy (argmax + acc
 top-k 40, top-p 0.95, min-p 0.05, and once without top-k: probabilities of every row, then rejection sampling
 against a deterministic draft and against a sampled one; the engine computes rows as verification reaches them,
 so a rejection at position 1 or 3 reads about that many); per drafted token, the draft's q when sampling and its
-confidence (top probability) when greedy, which the confidence stop reads. Prints milliseconds per round and per row (the median
-over batches: this machine's timings wander between runs by up to 2x); numbers, not assertions.
+confidence (top probability) when greedy, which the confidence stop reads. Prints milliseconds per round and per
+row (the median over batches: this machine's timings wander between runs by up to 2x); numbers, not assertions.
 """
 from __future__ import annotations
 

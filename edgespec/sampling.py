@@ -150,8 +150,9 @@ def _kept(logits: np.ndarray, config: SamplingConfig) -> tuple[np.ndarray, np.nd
 def _enough(logits: np.ndarray, config: SamplingConfig) -> tuple[int, np.ndarray | None]:
     """Without top-k: how many of each row's most likely tokens hold all that top-p and min-p can keep (sorting the
     whole vocabulary took 25 ms a row at 151,936 tokens), and each row's mass over the whole vocabulary (top-p's
-    denominator, relative to the row's top token; None without top-p). min-p keeps the tokens within log(min_p) of the top, whatever
-    top-p keeps; top-p alone, the fewest whose mass reaches it: looked for among the top 64, then 4 times as many."""
+    denominator, relative to the row's top token; None without top-p). With min-p: the tokens within log(min_p) of
+    the top, whatever top-p keeps; top-p alone: the fewest whose mass reaches it, looked for among the top 64, then
+    4 times as many."""
     n, vocab = logits.shape
     top = logits.max(axis=1, keepdims=True)
     mass = np.exp(logits - top).sum(axis=1, keepdims=True, dtype=np.float64) if config.top_p < 1.0 else None
