@@ -53,11 +53,12 @@ def sampling_at(rev: str):
     """edgespec/sampling.py as it was at git revision rev, as a module of its own (the verify code is this tree's)."""
     text = subprocess.run(["git", "show", f"{rev}:edgespec/sampling.py"], capture_output=True, text=True,
                           check=True, cwd=Path(__file__).parent).stdout.replace("from .errors", "from edgespec.errors")
-    path = Path(tempfile.mkdtemp()) / "sampling_before.py"
-    path.write_text(text)
-    spec = importlib.util.spec_from_file_location("sampling_before", path)
-    module = sys.modules["sampling_before"] = importlib.util.module_from_spec(spec)  # (dataclasses look it up)
-    spec.loader.exec_module(module)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "sampling_before.py"
+        path.write_text(text)
+        spec = importlib.util.spec_from_file_location("sampling_before", path)
+        module = sys.modules["sampling_before"] = importlib.util.module_from_spec(spec)  # (dataclasses look it up)
+        spec.loader.exec_module(module)
     return module
 
 
