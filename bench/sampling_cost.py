@@ -8,8 +8,9 @@
 Per round of R rows (R-1 drafted tokens and the bonus row): greedy (argmax + accept) and sampled (temperature 0.8,
 top-k 40, top-p 0.95, min-p 0.05, and once without top-k: probabilities of every row, then rejection sampling
 against a deterministic draft and against a sampled one; the engine computes rows as verification reaches them,
-so a rejection at position 1 or 3 reads about that many); per drafted token, the draft's q when sampling and its
-confidence (top probability) when greedy, which the confidence stop reads. Prints milliseconds per round and per
+so a rejection at position 1 or 3 reads about that many); per drafted token, sampling: its q, the token drawn
+from it and the draft's confidence (q's top), greedy: the confidence (its top probability), which the confidence
+stop reads. Prints milliseconds per round and per
 row (the median over batches: this machine's timings wander between runs by up to 2x); numbers, not assertions.
 """
 from __future__ import annotations
@@ -82,6 +83,13 @@ def cases(m, logits: np.ndarray, every: np.ndarray) -> dict:
 
     early, first = rejected_at(3), rejected_at(1)
     top = getattr(m, "top_probability", None) or (lambda x: float(1.0 / np.exp(x - x.max()).sum()))  # (before it)
+
+    def drafted(x: np.ndarray):  # (before sampling.draw: the three as the draft model computed them)
+        if hasattr(m, "draw"):
+            return m.draw(x, cfg, rng)
+        q = m.probabilities(x, cfg)
+        return q, m.sample(q, rng), float(q.max())
+
     return {
         "greedy: argmax + accept": lambda: verify_greedy(logits.argmax(axis=1), draft),
         "sampled: probabilities of every row": lambda: m.probabilities(logits, cfg),
@@ -91,7 +99,7 @@ def cases(m, logits: np.ndarray, every: np.ndarray) -> dict:
         "sampled: a rejection at position 1": lambda: verify_sampled(m.Rows(logits, cfg), None, first, rng),
         "sampled, top-k off: accept a deterministic draft": lambda: verify_sampled(m.Rows(logits, no_k), None, draft,
                                                                                    rng),
-        "one draft row's q (per drafted token)": lambda: m.probabilities(row(), cfg),
+        "one sampled drafted token (q, token, confidence)": lambda: drafted(row()),
         "one greedy draft row's confidence": lambda: top(row()),
     }
 

@@ -8,7 +8,7 @@ import time
 import numpy as np
 
 from .backend import Model, SeqContext
-from .sampling import probabilities, sample
+from .sampling import draw
 from .scheduling import Option, StepPlanner
 from .sequences import Generation
 
@@ -99,8 +99,7 @@ class StepDrafter:
                 if g.req.sampling.greedy:
                     tok = int(np.argmax(row))
                 else:
-                    q = probabilities(row, g.req.sampling)
-                    tok = sample(q, g.rng)
+                    q, tok, _ = draw(row, g.req.sampling, g.rng)
                     g.q.append(_fit(q, self.model.n_vocab))
                 g.proposal.append(tok)
                 if len(g.proposal) < g.k and not self.model.is_eog(tok):

@@ -167,6 +167,29 @@ def _enough(logits: np.ndarray, config: SamplingConfig) -> tuple[int, np.ndarray
     return vocab, mass
 
 
+def draw(logits: np.ndarray, config: SamplingConfig, rng: np.random.Generator) -> tuple[np.ndarray, int, float]:
+    """One row (a drafted token's): its distribution as probabilities() gives it, a token drawn from it (as sample()
+    would draw), and its top probability, the last two read off the kept candidates instead of the whole vocabulary."""
+    ids, probs = _kept(np.asarray(logits)[None], config)
+    ids, probs = _by_id(ids[0], probs[0])
+    q = np.zeros(len(logits), dtype=np.float32)
+    q[ids] = probs
+    return q, _draw(ids, probs, rng), float(probs.max())
+
+
+def _by_id(ids: np.ndarray, probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A row's support: the ids it keeps (probability over 0) in increasing order, and their float32 probabilities."""
+    kept = probs > 0
+    order = np.argsort(ids[kept], kind="stable")  # (in order already where nothing filters)
+    return ids[kept][order], probs[kept][order].astype(np.float32)
+
+
+def _draw(ids: np.ndarray, probs: np.ndarray, rng: np.random.Generator) -> int:
+    """A token from a support by inverse CDF on one uniform (walking the ids in increasing order, as sample() does)."""
+    cdf = np.cumsum(probs, dtype=np.float64)
+    return int(ids[min(int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right")), len(ids) - 1)])
+
+
 class Rows:
     """A verify's target distributions, computed as verification first reaches them: a rejection at position j
     leaves most rows after j uncomputed. A row not computed yet is computed together with the rows after it, in all
@@ -193,9 +216,7 @@ class Rows:
                 end -= 1
             ids, probs = _kept(self.logits[i:end], self.config)
             for j in range(end - i):
-                kept = probs[j] > 0
-                order = np.argsort(ids[j][kept], kind="stable")  # (in order already where nothing filters)
-                self._done[i + j] = ids[j][kept][order], probs[j][kept][order].astype(np.float32)
+                self._done[i + j] = _by_id(ids[j], probs[j])
         return self._done[i]
 
     def prob(self, i: int, x: int) -> float:
@@ -210,8 +231,7 @@ class Rows:
         ids, probs = self.support(i)
         if without is not None and probs[ids == without].sum() < probs.sum():
             probs = np.where(ids == without, 0.0, probs)
-        cdf = np.cumsum(probs, dtype=np.float64)
-        return int(ids[min(int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right")), len(ids) - 1)])
+        return _draw(ids, probs, rng)
 
     def __getitem__(self, i):
         if isinstance(i, tuple):

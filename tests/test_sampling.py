@@ -171,3 +171,22 @@ def test_top_probability_is_the_softmax_maximum(scale):
         logits[rng.integers(151936)] += peak
         exact = 1.0 / np.exp(logits.astype(np.float64) - logits.max()).sum()
         assert top_probability(logits) == pytest.approx(exact, rel=1e-5)
+
+
+def test_a_drafted_tokens_draw_is_its_distributions():
+    """sampling.draw (a sampled drafted token): q as probabilities() gives it, its top probability, and tokens that
+    follow q, at a vocabulary large enough for top-k by groups and with top-k off."""
+    from edgespec.sampling import draw
+    from stats_util import assert_follows
+
+    rng = np.random.default_rng(11)
+    logits = (rng.standard_normal(20000) * 3).astype(np.float32)
+    for c in (cfg(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05), cfg(top_k=0, min_p=0.02)):
+        want = probabilities(logits, c)
+        q, _, top = draw(logits, c, rng)
+        np.testing.assert_array_equal(q, want)
+        assert top == want.max()
+        support = np.flatnonzero(want)
+        counts = np.bincount([draw(logits, c, rng)[1] for _ in range(20_000)], minlength=len(want))
+        assert counts.sum() == counts[support].sum()
+        assert_follows(counts[support], want[support])

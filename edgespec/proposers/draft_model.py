@@ -9,7 +9,7 @@ import numpy as np
 
 from ..backend import Context
 from ..costs import running
-from ..sampling import SamplingConfig, probabilities, sample, top_probability
+from ..sampling import SamplingConfig, draw, sample, top_probability
 from ..tree import without
 from . import Proposal
 
@@ -153,12 +153,10 @@ class DraftModelProposer:
                 second[tok] = -np.inf
                 alts.append((int(np.argmax(second)), None))
             return tok, top
-        q = probabilities(logits, sampling)
-        top = float(q.max())
+        q, tok, top = draw(logits, sampling, rng)
         if top < self.p_min or (stop is not None and not stop.keep(i, top)):
             self.floored = top < self.p_min
             return None
-        tok = sample(q, rng)
         qs.append(self._fit(q))
         if alts is not None:
             rest = without(q, [tok])
@@ -188,8 +186,8 @@ class DraftModelProposer:
                 ) -> tuple[int, np.ndarray | None]:
         if sampling.greedy:
             return int(np.argmax(logits)), None
-        q = probabilities(logits, sampling)
-        return sample(q, rng), self._fit(q)
+        q, tok, _ = draw(logits, sampling, rng)
+        return tok, self._fit(q)
 
     def _time_step(self, seconds: float, pair: bool) -> None:
         """The seconds of a decode of one row and of two (the chain's and a branch's), averaged: a draft step (step_s)
