@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import itertools
 import subprocess
 import sys
 import tempfile
@@ -68,7 +69,7 @@ def cases(m, logits: np.ndarray, every: np.ndarray) -> dict:
     verify of the rows `logits`, a drafted token's row taken in turn from `every`."""
     cfg, rng = m.SamplingConfig(0.8, 40, 0.95, 0.05), np.random.default_rng(1)
     no_k = m.SamplingConfig(0.8, 0, 0.95, 0.05)  # (top-k 0: off, as with the min-p recipe)
-    turn = iter(range(1 << 62))
+    turn = itertools.count()
 
     def row() -> np.ndarray:
         return every[next(turn) % len(every)]

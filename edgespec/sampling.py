@@ -172,9 +172,7 @@ def draw(logits: np.ndarray, config: SamplingConfig, rng: np.random.Generator) -
     would draw), and its top probability, the last two read off the kept candidates instead of the whole vocabulary."""
     ids, probs = _kept(np.asarray(logits)[None], config)
     ids, probs = _by_id(ids[0], probs[0])
-    q = np.zeros(len(logits), dtype=np.float32)
-    q[ids] = probs
-    return q, _draw(ids, probs, rng), float(probs.max())
+    return _dense(ids, probs, len(logits)), _draw(ids, probs, rng), float(probs.max())
 
 
 def _by_id(ids: np.ndarray, probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -182,6 +180,13 @@ def _by_id(ids: np.ndarray, probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     kept = probs > 0
     order = np.argsort(ids[kept], kind="stable")  # (in order already where nothing filters)
     return ids[kept][order], probs[kept][order].astype(np.float32)
+
+
+def _dense(ids: np.ndarray, probs: np.ndarray, vocab: int) -> np.ndarray:
+    """A support written out over the whole vocabulary (float32, zeros elsewhere)."""
+    row = np.zeros(vocab, dtype=np.float32)
+    row[ids] = probs
+    return row
 
 
 def _draw(ids: np.ndarray, probs: np.ndarray, rng: np.random.Generator) -> int:
@@ -229,8 +234,10 @@ class Rows:
         """A token from row i; without: from the row with that token's probability taken out (the residual after a
         deterministic proposal of it was rejected: residual(p, None, x)). As sample() on the dense row."""
         ids, probs = self.support(i)
-        if without is not None and probs[ids == without].sum() < probs.sum():
-            probs = np.where(ids == without, 0.0, probs)
+        if without is not None:
+            out = ids == without
+            if probs[out].sum() < probs.sum():  # (p all at x: p itself, as residual() gives it)
+                probs = np.where(out, 0.0, probs)
         return _draw(ids, probs, rng)
 
     def __getitem__(self, i):
@@ -238,9 +245,7 @@ class Rows:
             return self[i[0]][i[1]]
         i = range(len(self))[i]
         if i not in self._dense:
-            ids, probs = self.support(i)
-            self._dense[i] = row = np.zeros(self.shape[1], dtype=np.float32)
-            row[ids] = probs
+            self._dense[i] = _dense(*self.support(i), self.shape[1])
         return self._dense[i]
 
     def __len__(self) -> int:
