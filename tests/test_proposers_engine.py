@@ -74,6 +74,22 @@ def test_sampled_first_two_tokens_follow_the_target(request, kind):
     assert_follows(counts, expected)
 
 
+@pytest.mark.parametrize("cfg", [dict(temperature=1.0, top_k=0, top_p=0.7, min_p=0.0),
+                                 dict(temperature=0.8, top_k=0, top_p=1.0, min_p=0.05)], ids=["top-p", "min-p"])
+def test_without_top_k_sampled_first_two_tokens_follow_the_target(hybrid_engine, cfg):
+    # Without top-k, the target's rows and the draft's q keep only the candidates top-p or min-p can keep
+    # (sampling._enough), and verification reads them as supports (sampling.Rows): the draft model's sampled tokens
+    # are accepted, or rejected and the residual drawn, through that path. (Drawing from p instead of the residual
+    # fails both cases: chi2 about twice the critical value. Lookup's tokens are almost never likely under the tiny
+    # target, so a deterministic proposal's residual is test_verify.py's to check.)
+    drafted = []
+    counts, expected = first_two_counts(hybrid_engine, hybrid_engine.tokenize("abc abc abc abc ab"), cfg, 3000,
+                                        max_tokens=6, draft_max=4, adaptive=False,
+                                        each=lambda r: drafted.append(r.stats.drafted_by_source.get("draft", 0)))
+    assert sum(drafted) >= 3000
+    assert_follows(counts, expected)
+
+
 class FixedCosts(CostModel):
     """Costs as given, whatever the clock says; acceptance is still learned from the rounds."""
 
