@@ -7,7 +7,7 @@ from edgespec.proposers import Proposal, PromptLookupProposer
 from edgespec.tuning import CostModel
 from conftest import PROMPTS
 from identity import assert_identical_or_near_tie
-from stats_util import assert_follows, first_two_counts
+from stats_util import assert_follows, exact_first_two, first_two_counts
 
 TOP5 = dict(temperature=1.0, top_k=5, top_p=1.0, min_p=0.0)
 REPEATING = ["the cat the cat the cat the", "abc abc abc abc ab", "def f(x):\n    return x\ndef g(x):\n    return",
@@ -87,6 +87,43 @@ def test_without_top_k_sampled_first_two_tokens_follow_the_target(hybrid_engine,
                                         max_tokens=6, draft_max=4, adaptive=False,
                                         each=lambda r: drafted.append(r.stats.drafted_by_source.get("draft", 0)))
     assert sum(drafted) >= 3000
+    assert_follows(counts, expected)
+
+
+class Likeliest(PromptLookupProposer):
+    """A deterministic guess that is often right: after the text's first generated token, the target's likeliest
+    next one (from the exact joint; a function of the text, as a lookup match is), one token, as lookup."""
+
+    def __init__(self, after: dict[int, int], start: int) -> None:
+        super().__init__()
+        self.after, self.start = after, start
+
+    def propose(self, seq, k, sampling, rng, guide=None):
+        guess = self.after.get(seq[-1]) if len(seq) == self.start + 1 else None
+        return Proposal([guess][:k], None, ["lookup"], key="lookup:2") if guess is not None else \
+            Proposal([], None, [], key="lookup:0")
+
+
+@pytest.mark.parametrize("cfg", [TOP5, dict(temperature=1.0, top_k=0, top_p=0.7, min_p=0.0)], ids=["top-5", "top-p"])
+def test_sampled_first_two_tokens_follow_the_target_where_a_deterministic_guess_is_often_right(tiny_pair, cfg):
+    # Lookup's own matches are almost never likely under the tiny target, so a rejected one's residual (p without
+    # the guess) is drawn where the guess had next to no mass. Here the guess is the likeliest second token: often
+    # accepted, and where rejected the draw must leave it out (drawing from p itself fails: chi2 of 535-614, 7-10
+    # times the critical value).
+    from edgespec.backend import Context, Model
+
+    t = Model(tiny_pair[0])
+    prompt = t.tokenize("abc abc abc abc ab")
+    joint = exact_first_two(t, prompt, edgespec.SamplingConfig(**cfg))
+    after: dict[int, tuple[float, int]] = {}
+    for (a, b), p in joint.items():
+        after[a] = max(after.get(a, (0.0, -1)), (p, b))
+    e = edgespec.Engine(Context(t, 1024), Likeliest({a: b for a, (_, b) in after.items()}, len(prompt)), 4, False)
+    accepted = []
+    counts, expected = first_two_counts(e, prompt, cfg, 3000, max_tokens=4, draft_max=4, adaptive=False,
+                                        each=lambda r: accepted.append(r.stats.n_accepted))
+    e.close()
+    assert 500 < sum(accepted) < 2500  # accepted often, rejected often
     assert_follows(counts, expected)
 
 
