@@ -8,6 +8,10 @@
     # greedy prediction at each position of the target's greedy text): its first token (the one after the target's
     # first), and what a first round of K tokens yields against rounds later in the text
     .venv/bin/python bench/texts.py openings bench/results/replay-memory.json bench/results/replay-heldout2-memory.json
+    # prompt lookup's first token against the draft's own choice, from replay recordings: at every answer position
+    # where lookup (as the engine builds it, the recording's control tokens included) has a match, how often the
+    # target's token is lookup's and the draft's, where the two agree and where they differ, overall and by category
+    .venv/bin/python bench/texts.py agreement bench/results/replay-memory.json
 """
 from __future__ import annotations
 
@@ -57,6 +61,38 @@ def openings(paths: list[str], k: int) -> None:
               f"later rounds {sum(rounds) / len(rounds):.2f} ({len(texts)} texts)")
 
 
+def agreement(paths: list[str]) -> None:
+    import numpy as np
+
+    from edgespec.proposers import PromptLookupProposer
+    from edgespec.sampling import GREEDY
+
+    rng = np.random.default_rng(0)
+    for path in paths:
+        data = json.load(open(path))
+        counts: dict[tuple[str, bool], list[int]] = {}  # (category, agree) -> [matches, lookup's right, draft's right]
+        for t in data["texts"]:
+            p, tokens, draft = t["n_prompt"], t["tokens"], t["draft"]
+            lookup = PromptLookupProposer(control=data.get("vocab", {}).get("control", ()))
+            lookup.begin(tokens[:p])
+            for i in range(p, min(len(tokens), p + len(draft))):
+                guess = lookup.propose(tokens[:i], 4, GREEDY, rng).tokens
+                if not guess:
+                    continue
+                mine = draft[i - p]
+                for cat in ("all", t["category"]):
+                    c = counts.setdefault((cat, guess[0] == mine), [0, 0, 0])
+                    c[0] += 1
+                    c[1] += guess[0] == tokens[i]
+                    c[2] += mine == tokens[i]
+        print(f"{path} ({len(data['texts'])} texts): where lookup has a match, the target's token is")
+        for cat in dict.fromkeys(c for c, _ in counts):
+            line = [f"{'agree' if agree else 'differ'} {n} times: lookup's {a / n:.2f}, the draft's {b / n:.2f}"
+                    for agree in (True, False) if (cat, agree) in counts
+                    for n, a, b in [counts[cat, agree]]]
+            print(f"  {cat:15s} " + "; ".join(line))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="what", required=True)
@@ -67,13 +103,21 @@ def main() -> None:
     o = sub.add_parser("openings")
     o.add_argument("recordings", nargs="+")
     o.add_argument("-k", type=int, default=4)
+    g = sub.add_parser("agreement")
+    g.add_argument("recordings", nargs="+")
     args = ap.parse_args()
     try:
-        compare(args.run, args.modes, args.by) if args.what == "compare" else openings(args.recordings, args.k)
+        if args.what == "compare":
+            compare(args.run, args.modes, args.by)
+        elif args.what == "openings":
+            openings(args.recordings, args.k)
+        else:
+            agreement(args.recordings)
     except (OSError, ValueError) as e:
         sys.exit(f"texts.py: cannot read it: {e}")
-    except KeyError as e:  # a recording given to compare, a run to openings
-        sys.exit(f"texts.py: not the file it reads (no {e}): compare takes a run's --json, openings a recording")
+    except KeyError as e:  # a recording given to compare, a run to openings or agreement
+        sys.exit(f"texts.py: not the file it reads (no {e}): compare takes a run's --json, openings and agreement a "
+                 "recording")
 
 
 if __name__ == "__main__":

@@ -278,7 +278,8 @@ def test_tune_on_the_built_in_prompts_profiles_a_recording_of_others(tiny_pair, 
 
 def test_bench_texts_compares_text_by_text_and_reads_openings(tmp_path):
     """bench/texts.py: from a saved run, the texts where one mode was slower or faster than another; from a
-    recording, how often the draft's first token of an answer passes against later ones."""
+    recording, how often the draft's first token of an answer passes against later ones, and how often lookup's
+    first token is the target's where the draft would have drafted it and where not."""
     import subprocess
     import sys
 
@@ -299,6 +300,12 @@ def test_bench_texts_compares_text_by_text_and_reads_openings(tmp_path):
     out = subprocess.run([sys.executable, str(script), "openings", str(rec), "-k", "2"],
                          capture_output=True, text=True, check=True).stdout
     assert "passes 0.00, later ones 1.00" in out and "a first round of 2 yields 0.00, later rounds 2.00" in out
+    # prompt 5 6 7 5 6, answer 7 5 6 8: lookup copies 7, 5, 6, then 7 again; the draft says 7, 5, 9, 8
+    text = {"category": "x", "n_prompt": 5, "tokens": [5, 6, 7, 5, 6, 7, 5, 6, 8], "draft": [7, 5, 9, 8]}
+    rec.write_text(json.dumps({"texts": [text]}))
+    out = subprocess.run([sys.executable, str(script), "agreement", str(rec)],
+                         capture_output=True, text=True, check=True).stdout
+    assert "agree 2 times: lookup's 1.00, the draft's 1.00; differ 2 times: lookup's 0.50, the draft's 0.50" in out
     bad = subprocess.run([sys.executable, str(script), "compare", str(rec), "--modes", "draft,hybrid"],
                          capture_output=True, text=True)
     assert bad.returncode != 0 and bad.stderr.count("\n") == 1 and "texts.py" in bad.stderr
