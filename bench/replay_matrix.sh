@@ -14,11 +14,12 @@
 #   bench/replay_matrix.sh hiccups TAG         decodes held up now and then (--hiccups: 1 a second of 100 ms mean, 4 of 25
 #                                              ms), seeds 1-4: the main, held-out, Q4_K_M and SmolLM2 (+ 0.5 ms) sets,
 #                                              and the F16 pair and SmolLM2 over a link (+ 0.5 ms, 11 / 15 ms a switch)
-#   bench/replay_matrix.sh unseen TAG          the second held-out set (bench/heldout2.jsonl, written 2026-12-04 after all
+#   bench/replay_matrix.sh unseen TAG [SET]    the second held-out set (bench/heldout2.jsonl, written 2026-12-04 after all
 #                                              the tuning, 48 prompts in 12 categories), after `tune` on the built-in
 #                                              prompts (--tune-on): the F16 pair with the main set's costs in the
 #                                              settings above, --fresh, fixed K, and with its own costs; no profile;
-#                                              the Q4_K_M pair learning, --fresh, and --fresh with no profile
+#                                              the Q4_K_M pair learning, --fresh, and --fresh with no profile. SET:
+#                                              another such set instead (heldout3: written 2026-12-06; logs SET-*)
 #   bench/replay_matrix.sh switch TAG          a link whose decodes of another shape cost more (the graph sent again:
 #                                              --switch-ms), SmolLM2 and the F16 pair, quiet and with noise seeds 1-4
 set -euo pipefail
@@ -93,22 +94,25 @@ case "${1:-}" in
     done ;;
   unseen)
     tag=${2:?a tag for this code}
+    set=${3:-heldout2}  # another held-out set (bench/SET.jsonl, recorded as bench/results/replay-SET-memory.json)
+    name=$([ "$set" = heldout2 ] && echo unseen || echo "$set")
+    rec=bench/results/replay-$set-memory.json
     # a user who ran `edgespec tune` once (on the built-in prompts: --tune-on), then works on prompts of their own
-    new=(bench/results/replay-heldout2-memory.json --costs-from bench/results/replay-memory.json --tune
-         --tune-on bench/results/replay-memory.json)
-    cost_settings unseen "${new[@]}"
-    run "unseen-fresh-recorded-$tag" "${new[@]}" --modes plain,draft,lookup,hybrid --fresh
-    run "unseen-fixedk-recorded-$tag" "${new[@]}" --modes plain,draft:2,draft:3,draft:4,draft:6,draft:8,draft
-    run "unseen-fixedk-memory-bound-$tag" "${new[@]}" --modes plain,draft:2,draft:3,draft:4,draft:6,draft:8,draft \
+    new=("$rec" --costs-from bench/results/replay-memory.json --tune --tune-on bench/results/replay-memory.json)
+    cost_settings "$name" "${new[@]}"
+    run "$name-fresh-recorded-$tag" "${new[@]}" --modes plain,draft,lookup,hybrid --fresh
+    run "$name-fixedk-recorded-$tag" "${new[@]}" --modes plain,draft:2,draft:3,draft:4,draft:6,draft:8,draft
+    run "$name-fixedk-memory-bound-$tag" "${new[@]}" --modes plain,draft:2,draft:3,draft:4,draft:6,draft:8,draft \
       --target-scale 1.35 --verify-slope 0.12
-    run "unseen-own-costs-$tag" bench/results/replay-heldout2-memory.json --tune --tune-on bench/results/replay-memory.json
+    run "$name-own-costs-$tag" "$rec" --tune --tune-on bench/results/replay-memory.json
     # no profile, learning from prompt to prompt (as the first held-out set is replayed)
-    run "unseen-untuned-recorded-$tag" bench/results/replay-heldout2-memory.json --costs-from bench/results/replay-memory.json
-    comp=(bench/results/replay-heldout2-compute.json --costs-from bench/results/replay-compute.json
+    run "$name-untuned-recorded-$tag" "$rec" --costs-from bench/results/replay-memory.json
+    [ -f "bench/results/replay-$set-compute.json" ] || exit 0  # (the Q4_K_M pair, where the set was recorded with it)
+    comp=("bench/results/replay-$set-compute.json" --costs-from bench/results/replay-compute.json
           --modes plain,draft,lookup,hybrid)
-    run "unseen-compute-$tag" "${comp[@]}" --tune --tune-on bench/results/replay-compute.json
-    run "unseen-compute-fresh-$tag" "${comp[@]}" --tune --tune-on bench/results/replay-compute.json --fresh
-    run "unseen-compute-untuned-fresh-$tag" "${comp[@]}" --fresh ;;
+    run "$name-compute-$tag" "${comp[@]}" --tune --tune-on bench/results/replay-compute.json
+    run "$name-compute-fresh-$tag" "${comp[@]}" --tune --tune-on bench/results/replay-compute.json --fresh
+    run "$name-compute-untuned-fresh-$tag" "${comp[@]}" --fresh ;;
   hiccups)
     tag=${2:?a tag for this code}
     for spec in "main memory --tune --skip 1" "held heldout-memory --costs-from bench/results/replay-memory.json" \
@@ -125,5 +129,5 @@ case "${1:-}" in
         done
       done
     done ;;
-  *) echo "usage: $0 settings TAG | compute TAG | seeds TAG | fixedk TAG | fresh TAG | latency RECORDING NAME | noisy RECORDING NAME | unseen TAG | switch TAG | hiccups TAG" >&2; exit 2 ;;
+  *) echo "usage: $0 settings TAG | compute TAG | seeds TAG | fixedk TAG | fresh TAG | latency RECORDING NAME | noisy RECORDING NAME | unseen TAG [SET] | switch TAG | hiccups TAG" >&2; exit 2 ;;
 esac

@@ -12,6 +12,9 @@
     # where lookup (as the engine builds it, the recording's control tokens included) has a match, how often the
     # target's token is lookup's and the draft's, where the two agree and where they differ, overall and by category
     .venv/bin/python bench/texts.py agreement bench/results/replay-memory.json
+    # before a new set of prompts is used as unseen: each of its prompts that is close to one in the earlier sets
+    # (the built-in workload, and the files given), by difflib's ratio over their openings and over their endings
+    .venv/bin/python bench/texts.py similar bench/heldout3.jsonl --against bench/heldout.jsonl bench/heldout2.jsonl
 """
 from __future__ import annotations
 
@@ -93,6 +96,33 @@ def agreement(paths: list[str]) -> None:
             print(f"  {cat:15s} " + "; ".join(line))
 
 
+def _text(item) -> str:
+    return item.prompt if item.prompt is not None else json.dumps(item.messages)
+
+
+def similar(path: str, against: list[str], above: float) -> None:
+    """Each prompt of `path` whose likeness to a prompt of the built-in workload or of `against` is over `above`:
+    difflib's ratio over their first 200 characters or over their last 300, whichever is higher (a passage shared
+    under another question shows at the end, a question asked again at the start)."""
+    import difflib
+
+    from edgespec.workloads import builtin, read_jsonl
+
+    def likeness(a: str, b: str) -> float:
+        return max(difflib.SequenceMatcher(None, a[:200], b[:200]).ratio(),
+                   difflib.SequenceMatcher(None, a[-300:], b[-300:]).ratio())
+
+    earlier = [_text(i) for i in builtin()] + [_text(i) for f in against for i in read_jsonl(f)]
+    new = [_text(i) for i in read_jsonl(path)]
+    close = 0
+    for text in new:
+        r, best = max((likeness(text, e), e) for e in earlier)
+        if r > above:
+            close += 1
+            print(f"{r:.2f}  {text[:60]!r}\n      {best[:60]!r}")
+    print(f"{close} of {len(new)} prompts over {above} against {len(earlier)} earlier ones")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="what", required=True)
@@ -105,12 +135,18 @@ def main() -> None:
     o.add_argument("-k", type=int, default=4)
     g = sub.add_parser("agreement")
     g.add_argument("recordings", nargs="+")
+    s = sub.add_parser("similar")
+    s.add_argument("prompts")
+    s.add_argument("--against", nargs="*", default=[])
+    s.add_argument("--above", type=float, default=0.7)
     args = ap.parse_args()
     try:
         if args.what == "compare":
             compare(args.run, args.modes, args.by)
         elif args.what == "openings":
             openings(args.recordings, args.k)
+        elif args.what == "similar":
+            similar(args.prompts, args.against, args.above)
         else:
             agreement(args.recordings)
     except (OSError, ValueError) as e:

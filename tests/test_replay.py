@@ -279,7 +279,8 @@ def test_tune_on_the_built_in_prompts_profiles_a_recording_of_others(tiny_pair, 
 def test_bench_texts_compares_text_by_text_and_reads_openings(tmp_path):
     """bench/texts.py: from a saved run, the texts where one mode was slower or faster than another; from a
     recording, how often the draft's first token of an answer passes against later ones, and how often lookup's
-    first token is the target's where the draft would have drafted it and where not."""
+    first token is the target's where the draft would have drafted it and where not; from prompt files, a new
+    prompt close to an earlier one."""
     import subprocess
     import sys
 
@@ -306,6 +307,14 @@ def test_bench_texts_compares_text_by_text_and_reads_openings(tmp_path):
     out = subprocess.run([sys.executable, str(script), "agreement", str(rec)],
                          capture_output=True, text=True, check=True).stdout
     assert "agree 2 times: lookup's 1.00, the draft's 1.00; differ 2 times: lookup's 0.50, the draft's 0.50" in out
+    # a question asked again in other words, and one asked nowhere before (nor in the built-in workload)
+    old, new = tmp_path / "old.jsonl", tmp_path / "new.jsonl"
+    old.write_text(json.dumps({"category": "x", "prompt": "Who wrote the novel 'Pride and Prejudice'?"}) + "\n")
+    new.write_text("".join(json.dumps({"category": "x", "prompt": p}) + "\n" for p in
+                           ["Who wrote the novel Pride and Prejudice?", "Zebras, quartz, jigsaws: sort them by hue."]))
+    out = subprocess.run([sys.executable, str(script), "similar", str(new), "--against", str(old)],
+                         capture_output=True, text=True, check=True).stdout
+    assert "Pride" in out and "Zebras" not in out and "1 of 2 prompts over 0.7" in out
     bad = subprocess.run([sys.executable, str(script), "compare", str(rec), "--modes", "draft,hybrid"],
                          capture_output=True, text=True)
     assert bad.returncode != 0 and bad.stderr.count("\n") == 1 and "texts.py" in bad.stderr
