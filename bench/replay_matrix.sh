@@ -94,9 +94,9 @@ case "${1:-}" in
     done ;;
   unseen)
     tag=${2:?a tag for this code}
-    set=${3:-heldout2}  # another held-out set (bench/SET.jsonl, recorded as bench/results/replay-SET-memory.json)
-    name=$([ "$set" = heldout2 ] && echo unseen || echo "$set")
-    rec=bench/results/replay-$set-memory.json
+    held=${3:-heldout2}  # another held-out set (bench/SET.jsonl, recorded as bench/results/replay-SET-memory.json)
+    name=$([ "$held" = heldout2 ] && echo unseen || echo "$held")
+    rec=bench/results/replay-$held-memory.json
     # a user who ran `edgespec tune` once (on the built-in prompts: --tune-on), then works on prompts of their own
     new=("$rec" --costs-from bench/results/replay-memory.json --tune --tune-on bench/results/replay-memory.json)
     cost_settings "$name" "${new[@]}"
@@ -107,8 +107,8 @@ case "${1:-}" in
     run "$name-own-costs-$tag" "$rec" --tune --tune-on bench/results/replay-memory.json
     # no profile, learning from prompt to prompt (as the first held-out set is replayed)
     run "$name-untuned-recorded-$tag" "$rec" --costs-from bench/results/replay-memory.json
-    [ -f "bench/results/replay-$set-compute.json" ] || exit 0  # (the Q4_K_M pair, where the set was recorded with it)
-    comp=("bench/results/replay-$set-compute.json" --costs-from bench/results/replay-compute.json
+    [ -f "bench/results/replay-$held-compute.json" ] || exit 0  # (the Q4_K_M pair, where the set was recorded with it)
+    comp=("bench/results/replay-$held-compute.json" --costs-from bench/results/replay-compute.json
           --modes plain,draft,lookup,hybrid)
     run "$name-compute-$tag" "${comp[@]}" --tune --tune-on bench/results/replay-compute.json
     run "$name-compute-fresh-$tag" "${comp[@]}" --tune --tune-on bench/results/replay-compute.json --fresh

@@ -43,13 +43,22 @@ def main() -> int:
     windows = [int(w) for w in args.window.split(",")]
     if args.write and (len(windows) != 1 or len(args.recordings) != 1):
         ap.error("--write takes one recording and one window")
-    import llama_cpp
-    llm = llama_cpp.Llama(args.draft, n_ctx=4096, n_batch=512, logits_all=True, n_threads=args.threads,
-                          verbose=False)
-    print(" ".join(sys.argv), flush=True)
+    recordings = []
     for path in args.recordings:
-        rec = json.load(open(path))
-        hits = collections.defaultdict(lambda: collections.Counter())
+        try:
+            recordings.append(json.load(open(path)))
+            recordings[-1]["texts"][0]["n_prompt"]
+        except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
+            sys.exit(f"window_read.py: {path} is not a replay recording ({e!r})")
+    import llama_cpp
+    try:
+        llm = llama_cpp.Llama(args.draft, n_ctx=4096, n_batch=512, logits_all=True, n_threads=args.threads,
+                              verbose=False)
+    except ValueError as e:
+        sys.exit(f"window_read.py: cannot load the draft model: {e}")
+    print(" ".join(sys.argv), flush=True)
+    for path, rec in zip(args.recordings, recordings):
+        hits: dict = collections.defaultdict(collections.Counter)
         for t in rec["texts"]:
             toks, n = t["tokens"], t["n_prompt"]
             answer = toks[n:]
