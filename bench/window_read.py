@@ -52,7 +52,8 @@ def main() -> int:
             sys.exit(f"window_read.py: {path} is not a replay recording ({e!r})")
     import llama_cpp
     try:
-        llm = llama_cpp.Llama(args.draft, n_ctx=4096, n_batch=512, logits_all=True, n_threads=args.threads,
+        longest = max(len(t["tokens"]) for rec in recordings for t in rec["texts"])  # (a row per token held)
+        llm = llama_cpp.Llama(args.draft, n_ctx=longest + 1, n_batch=512, logits_all=True, n_threads=args.threads,
                               verbose=False)
     except ValueError as e:
         sys.exit(f"window_read.py: cannot load the draft model: {e}")
