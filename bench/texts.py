@@ -3,7 +3,8 @@
 
     # where mode B was more than 3% slower or faster than mode A, from an `edgespec bench` or `bench/replay.py run`
     # --json file (the first repeat's seconds and tokens per prompt)
-    .venv/bin/python bench/texts.py compare bench/results/replay-runs/unseen-memory-bound-303c329.json --modes draft,hybrid
+    .venv/bin/python bench/texts.py compare bench/results/replay-runs/unseen-memory-bound-303c329.json \
+        --modes draft,hybrid
     # how often a draft's token passes at the start of an answer against later, from replay recordings (the draft's
     # greedy prediction at each position of the target's greedy text): its first token (the one after the target's
     # first), and what a first round of K tokens yields against rounds later in the text

@@ -11,4 +11,5 @@ if command -v npm > /dev/null && [ ! -d .venv/node/node_modules/jsdom ]; then
     || echo "scripts/test.sh: note: could not install jsdom; the chat page's browser test is skipped" >&2
 fi
 export NODE_PATH=$PWD/.venv/node/node_modules${NODE_PATH:+:$NODE_PATH}
-exec .venv/bin/python -m pytest -ra "$@"
+# --durations: the slowest tests are named at the end, so the suite can be kept within its budget (about 15 min)
+exec .venv/bin/python -m pytest -ra --durations=15 "$@"
