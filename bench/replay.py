@@ -111,7 +111,14 @@ def do_trace(args) -> None:
         if args.tune:
             engine.use_profile([strategies.proposer(m) for m in modes if ":" not in m and m != "plain"], curve=False)
         engine.calibrate(range(1, 17))
-        trace(engine, strategies, items, modes, args.max_tokens)
+
+        def fresh() -> None:  # as bench --fresh: nothing learned on another text carries over
+            strategies.by_mode.clear()
+            if args.tune:
+                engine.use_profile([strategies.proposer(m) for m in modes if ":" not in m and m != "plain"],
+                                   curve=False)
+
+        trace(engine, strategies, items, modes, args.max_tokens, fresh if args.fresh else None)
         engine.close(remember=False)
 
 
@@ -221,6 +228,7 @@ def main() -> None:
     p.set_defaults(func=do_run)
     t = sub.add_parser("trace", help="round by round, as bench/trace.py, on a recording", parents=[common])
     t.add_argument("--modes", default="plain,draft,lookup,hybrid")
+    t.add_argument("--fresh", action="store_true", help="as run's: every prompt a new process's first")
     t.set_defaults(func=do_trace)
     args = ap.parse_args()
     negative = [f"--{k.replace('_', '-')}" for k in ("noise", "hiccups", "hiccup_ms", "latency_ms", "switch_ms")

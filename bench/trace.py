@@ -63,10 +63,12 @@ def main() -> None:
     trace(engine, strategies, items, modes, a.max_tokens)
 
 
-def trace(engine: Engine, strategies: Strategies, items, modes, max_tokens: int) -> None:
+def trace(engine: Engine, strategies: Strategies, items, modes, max_tokens: int, fresh=None) -> None:
     """Each item in each mode, in order (the policies learning from item to item): the rounds, then the draft
-    model's estimates."""
-    for item in items:
+    model's estimates. fresh: called before every item but the first, to start it anew (a new process's first)."""
+    for i, item in enumerate(items):
+        if fresh is not None and i:
+            fresh()
         tokens = item.tokens(engine)
         for mode in modes:
             result = strategies.generate(mode, tokens, max_tokens)[0]
