@@ -280,7 +280,7 @@ def test_bench_texts_compares_text_by_text_and_reads_openings(tmp_path):
     """bench/texts.py: from a saved run, the texts where one mode was slower or faster than another; from a
     recording, how often the draft's first token of an answer passes against later ones, and how often lookup's
     first token is the target's where the draft would have drafted it and where not; from prompt files, a new
-    prompt close to an earlier one."""
+    prompt close to an earlier one. bench/window_read.py: bad input in one line."""
     import subprocess
     import sys
 
@@ -318,3 +318,9 @@ def test_bench_texts_compares_text_by_text_and_reads_openings(tmp_path):
     bad = subprocess.run([sys.executable, str(script), "compare", str(rec), "--modes", "draft,hybrid"],
                          capture_output=True, text=True)
     assert bad.returncode != 0 and bad.stderr.count("\n") == 1 and "texts.py" in bad.stderr
+    # bench/window_read.py (which loads a draft model): a file that is not a recording, a model that is not there
+    window = script.parent / "window_read.py"
+    for recording, says in ((run_file, "is not a replay recording"), (rec, "cannot load the draft model")):
+        bad = subprocess.run([sys.executable, str(window), str(recording), "--draft", str(tmp_path / "none.gguf")],
+                             capture_output=True, text=True)
+        assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and says in bad.stderr, bad.stderr
