@@ -108,16 +108,18 @@ def do_trace(args) -> None:
         engine = rec.engine(clock, target, draft, draft_max=args.draft_max, draft_p_min=args.draft_p_min)
         strategies = benchmark.Strategies(engine)
         modes = [m for m in args.modes.split(",") if m]
-        if args.tune:
-            engine.use_profile([strategies.proposer(m) for m in modes if ":" not in m and m != "plain"], curve=False)
-        engine.calibrate(range(1, 17))
 
-        def fresh() -> None:  # as bench --fresh: nothing learned on another text carries over
-            strategies.by_mode.clear()
+        def seed() -> None:  # the adaptive modes' policies start from tune's profile
             if args.tune:
                 engine.use_profile([strategies.proposer(m) for m in modes if ":" not in m and m != "plain"],
                                    curve=False)
 
+        def fresh() -> None:  # as bench --fresh: nothing learned on another text carries over
+            strategies.by_mode.clear()
+            seed()
+
+        seed()
+        engine.calibrate(range(1, 17))
         trace(engine, strategies, items, modes, args.max_tokens, fresh if args.fresh else None)
         engine.close(remember=False)
 

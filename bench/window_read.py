@@ -40,7 +40,12 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--write", help="with one window: the recording with its predictions, to this path")
     args = ap.parse_args()
-    windows = [int(w) for w in args.window.split(",")]
+    try:
+        windows = [int(w) for w in args.window.split(",")]
+    except ValueError:
+        ap.error(f"--window: whole numbers of tokens, comma-separated (not {args.window!r})")
+    if any(w < 1 for w in windows) or args.head < 0:
+        ap.error("--window takes 1 token or more, --head 0 or more")
     if args.write and (len(windows) != 1 or len(args.recordings) != 1):
         ap.error("--write takes one recording and one window")
     recordings = []

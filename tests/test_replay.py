@@ -243,6 +243,23 @@ def test_what_is_not_a_recording_is_refused(tmp_path, recording):
         engine.close(remember=False)
 
 
+def test_trace_fresh_starts_every_text_anew(recording):
+    """bench/replay.py trace --fresh: each prompt a new process's first (the draft model's warm-up at every text),
+    where without it only the first text warms up."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).parent.parent / "bench" / "replay.py"
+    warm = {}
+    for fresh in ([], ["--fresh"]):
+        out = subprocess.run([sys.executable, str(script), "trace", str(recording.path), "--modes", "draft",
+                              "-n", str(N), *fresh], capture_output=True, text=True, check=True).stdout
+        rounds = [line for line in out.splitlines() if line.startswith("   first ")]
+        warm[bool(fresh)] = [" warm-up " in line for line in rounds]
+    assert warm[True] and all(warm[True]), warm
+    assert warm[False][0] and not any(warm[False][1:]), warm
+
+
 def test_tune_on_the_built_in_prompts_profiles_a_recording_of_others(tiny_pair, recording, tmp_path):
     """bench/replay.py --tune-on: `tune` measures on another recording of the pair (the built-in prompts it
     measures on) under this one's costs, and writes the profile an engine of this recording reads, as for a user
