@@ -341,3 +341,32 @@ def test_bench_texts_compares_text_by_text_and_reads_openings(tmp_path):
         bad = subprocess.run([sys.executable, str(window), str(recording), "--draft", str(tmp_path / "none.gguf")],
                              capture_output=True, text=True)
         assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and says in bad.stderr, bad.stderr
+
+
+def test_replay_ensemble_tells_a_systematic_shortfall_from_a_path(tmp_path):
+    """bench/replay_ensemble.py --from a kept run: per category the hybrid's mean ratio to its better part over the
+    seeds, short only where the whole +-2 SE band lies under 0.98, level where it lies at or above; and one line,
+    exit 1, for a setting it does not know or a folder with no run."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).parent.parent / "bench" / "replay_ensemble.py"
+    hybrid_by_seed = {"a": [0.90, 0.90, 0.90], "b": [1.00, 1.01, 1.00], "c": [0.90, 1.06, 0.98]}  # of the draft's
+    (tmp_path / "after").mkdir()
+    for seed in range(3):
+        def row(figures):
+            return {c: {"speedup": v, "end_to_end_tok_s": v} for c, v in figures.items()}
+        cats = {c: 2.0 for c in hybrid_by_seed}
+        rows = {"plain": row({**{c: 1.0 for c in cats}, "overall": 1.0}), "draft": row({**cats, "overall": 2.0}),
+                "lookup": row({**{c: 1.5 for c in cats}, "overall": 1.5}),
+                "hybrid": row({**{c: 2.0 * v[seed] for c, v in hybrid_by_seed.items()}, "overall": 2.0})}
+        (tmp_path / "after" / f"toy-{seed}.json").write_text(json.dumps({"rows": rows}))
+    out = subprocess.run([sys.executable, str(script), "--from", str(tmp_path)], capture_output=True, text=True,
+                         check=True).stdout
+    assert "toy (3 seeds)" in out and "1 level, 1 unclear, 1 short of 3" in out, out
+    assert "a 0.900+-0.000 short" in out and "b 1.003+-" in out and "c 0.980+-" in out and "unclear" in out, out
+    assert "one replay alone: 1-2 within 2%" in out, out  # (seed 1: b and c; seeds 0 and 2: b, and c at 0.98)
+    for args, says in ((["--settings", "nope"], "unknown setting nope"),
+                       (["--from", str(tmp_path / "after")], "holds no kept run")):
+        bad = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True)
+        assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and says in bad.stderr, bad.stderr

@@ -1,0 +1,197 @@
+"""The drafting policies judged over an ensemble of replays: each setting replayed under several seeds with a little
+noise on every decode (default 2%), so that what a policy does to a category systematically can be told from what
+one replay's path happened to do.
+
+One replay is exact for its costs, but the policies are adaptive: a decision near a tie (read this prompt or not,
+probe now or later) sends the rest of a text, and the state carried into the next texts, down another path. With 2%
+noise on each decode, the count of categories where the hybrid is within 2% of its better part ranges, over 8 seeds,
+from 6 to 9 of 13 per token and 0 to 6 end to end with the recorded costs, 1 to 6 of 10 on the held-out set
+(bench/results/replay-runs/ensemble-e656dce.log; docs/performance.md, "An ensemble of replays"): a single replay's
+count mostly says which paths it took. Over the ensemble, per category and
+mode, the mean speed-up over plain (per token and end to end, each seed over its own plain); the hybrid's ratio to
+the better of the draft model and lookup (the better by their ensemble means), its mean over the seeds and the
+spread of that mean (two standard errors); and a category counted short only where the whole +-2 SE band lies under
+0.98, level where it lies at or above, unclear otherwise.
+
+    .venv/bin/python bench/replay_ensemble.py                       # 7 settings x 8 seeds, about 2 minutes alone
+    .venv/bin/python bench/replay_ensemble.py --against HEAD        # the same with REV's engine first, and the change
+    .venv/bin/python bench/replay_ensemble.py --settings main-recorded,held-mb --seeds 16 --noise 0.05
+
+Run it alone on the machine (two replays at a time); the figures are virtual seconds, so only other work's share of
+the cores makes it slower, never different. --out keeps each replay's JSON and log; --from DIR reprints a kept run."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+R = "bench/results"
+TUNE = ["--tune", "--tune-on", f"{R}/replay-memory.json"]
+MEMORY_BOUND = ["--target-scale", "1.35", "--verify-slope", "0.12"]
+SETTINGS = {  # name: the replay's recording and options (the settings bench/replay_same.sh judges the F16 pair on)
+    "main-recorded": [f"{R}/replay-memory.json", "--tune", "--skip", "1"],
+    "main-mb": [f"{R}/replay-memory.json", "--tune", "--skip", "1", *MEMORY_BOUND],
+    "main-flat": [f"{R}/replay-memory.json", "--tune", "--skip", "1", "--verify-slope", "0.03"],
+    "held-recorded": [f"{R}/replay-heldout-memory.json", "--costs-from", f"{R}/replay-memory.json"],
+    "held-mb": [f"{R}/replay-heldout-memory.json", "--costs-from", f"{R}/replay-memory.json", *MEMORY_BOUND],
+    "unseen-recorded": [f"{R}/replay-heldout2-memory.json", "--costs-from", f"{R}/replay-memory.json", *TUNE],
+    "unseen-mb": [f"{R}/replay-heldout2-memory.json", "--costs-from", f"{R}/replay-memory.json", *TUNE,
+                  *MEMORY_BOUND],
+}
+JUDGING = {  # the third held-out set, kept for judging a change, not for shaping one (--settings third-recorded,...)
+    "third-recorded": [f"{R}/replay-heldout3-memory.json", "--costs-from", f"{R}/replay-memory.json", *TUNE],
+    "third-mb": [f"{R}/replay-heldout3-memory.json", "--costs-from", f"{R}/replay-memory.json", *TUNE,
+                 *MEMORY_BOUND],
+    "third-flat": [f"{R}/replay-heldout3-memory.json", "--costs-from", f"{R}/replay-memory.json", *TUNE,
+                   "--verify-slope", "0.03"],
+}
+MODES = "plain,draft,lookup,hybrid"
+
+
+def replay(root: Path, setting: str, seed: int, noise: float, out: Path) -> None:
+    """One replay with the engine under root, into out/SETTING-SEED.json (and .log)."""
+    name = out / f"{setting}-{seed}"
+    cmd = [str(ROOT / ".venv/bin/python"), str(root / "bench/replay.py"), "run", *{**SETTINGS, **JUDGING}[setting],
+           "-n", "64", "--modes", MODES, "--noise", str(noise), "--seed", str(seed), "--json", f"{name}.json"]
+    with open(f"{name}.log", "w") as log:
+        subprocess.run(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(root)}, stdout=log,
+                       stderr=subprocess.STDOUT, check=True)
+
+
+def run_all(root: Path, settings: list[str], seeds: int, noise: float, out: Path, jobs: int) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "command").write_text(f"noise {noise} seeds {seeds} settings {','.join(settings)} engine {root}\n")
+    with ThreadPoolExecutor(jobs) as pool:
+        for f in [pool.submit(replay, root, s, seed, noise, out) for s in settings for seed in range(seeds)]:
+            f.result()
+
+
+def load(out: Path) -> dict[str, list[dict]]:
+    """Each setting's replays' rows, by seed."""
+    runs: dict[str, dict[int, dict]] = {}
+    for f in out.glob("*.json"):
+        setting, seed = f.stem.rsplit("-", 1)
+        runs.setdefault(setting, {})[int(seed)] = json.loads(f.read_text())["rows"]
+    return {s: [by_seed[k] for k in sorted(by_seed)] for s, by_seed in sorted(runs.items())}
+
+
+def figure(rows: dict, mode: str, cat: str, field: str) -> float:
+    """A mode's speed-up over plain in one replay: per token, or end to end (tokens per second over plain's)."""
+    if field == "speedup":
+        return rows[mode][cat]["speedup"]
+    return rows[mode][cat]["end_to_end_tok_s"] / rows["plain"][cat]["end_to_end_tok_s"]
+
+
+def judge(seeds: list[dict], field: str) -> dict:
+    """Per category: the modes' ensemble means, the hybrid's mean ratio to its better part and two standard errors
+    of it, and the verdict; the count of categories within 2% in each seed's replay alone."""
+    cats = [c for c in seeds[0]["hybrid"] if c != "overall"]
+    out = {"categories": {}, "per_seed": []}
+    for c in cats + ["overall"]:
+        means = {m: statistics.mean(figure(r, m, c, field) for r in seeds) for m in ("draft", "lookup", "hybrid")}
+        better = max(("draft", "lookup"), key=means.get)
+        ratios = [figure(r, "hybrid", c, field) / figure(r, better, c, field) for r in seeds]
+        mean = statistics.mean(ratios)
+        se2 = 2 * statistics.stdev(ratios) / len(ratios) ** 0.5 if len(ratios) > 1 else 0.0
+        verdict = "short" if mean + se2 < 0.98 else "level" if mean - se2 >= 0.98 else "unclear"
+        out["categories"][c] = {**means, "better": better, "ratio": mean, "se2": se2, "verdict": verdict}
+    for r in seeds:
+        out["per_seed"].append(sum(figure(r, "hybrid", c, field) >= 0.98 * max(figure(r, "draft", c, field),
+                                                                             figure(r, "lookup", c, field))
+                                   for c in cats))
+    return out
+
+
+def summary(runs: dict[str, list[dict]]) -> dict:
+    return {s: {f: judge(seeds, f) for f in ("speedup", "e2e")} for s, seeds in runs.items()}
+
+
+def counts(j: dict) -> str:
+    v = [x["verdict"] for c, x in j["categories"].items() if c != "overall"]
+    return f"{v.count('level')} level, {v.count('unclear')} unclear, {v.count('short')} short of {len(v)}"
+
+
+def totals(summ: dict, field: str) -> str:
+    """Every setting's categories together: how many level, unclear, short, and the mean of the hybrid's ratios."""
+    cats = [x for by_field in summ.values() for c, x in by_field[field]["categories"].items() if c != "overall"]
+    v = [x["verdict"] for x in cats]
+    return (f"{v.count('level')} level, {v.count('unclear')} unclear, {v.count('short')} short of {len(v)}, "
+            f"mean ratio {statistics.mean(x['ratio'] for x in cats):.4f}")
+
+
+def show(summ: dict, before: dict | None = None) -> None:
+    for s, by_field in summ.items():
+        print(f"{s} ({len(by_field['speedup']['per_seed'])} seeds)")
+        for f, label in (("speedup", "per token"), ("e2e", "end to end")):
+            j = by_field[f]
+            o = j["categories"]["overall"]
+            line = (f"  {label:10} draft {o['draft']:.3f}x, lookup {o['lookup']:.3f}x, hybrid {o['hybrid']:.3f}x "
+                    f"({o['ratio']:.3f} of its better part); {counts(j)}; one replay alone: "
+                    f"{min(j['per_seed'])}-{max(j['per_seed'])} within 2%")
+            if before is not None and s in before:
+                b = before[s][f]
+                bo = b["categories"]["overall"]
+                line += (f"\n  {'':10} before: draft {bo['draft']:.3f}x, lookup {bo['lookup']:.3f}x, hybrid "
+                         f"{bo['hybrid']:.3f}x; {counts(b)}")
+            print(line)
+            cells = []
+            for c, x in j["categories"].items():
+                if c == "overall":
+                    continue
+                cell = f"{c} {x['ratio']:.3f}+-{x['se2']:.3f}{'' if x['verdict'] == 'level' else ' ' + x['verdict']}"
+                if before is not None and s in before and c in before[s][f]["categories"]:
+                    cell += f" (was {before[s][f]['categories'][c]['ratio']:.3f})"
+                cells.append(cell)
+            print("    " + "; ".join(cells))
+    for f, label in (("speedup", "per token"), ("e2e", "end to end")):
+        print(f"all settings, {label}: {totals(summ, f)}" + (f" (before: {totals(before, f)})" if before else ""))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--settings", default=",".join(SETTINGS),
+                    help=f"of {', '.join(SETTINGS)} (default: all of these), {', '.join(JUDGING)}")
+    ap.add_argument("--seeds", type=int, default=8)
+    ap.add_argument("--noise", type=float, default=0.02, help="each decode's spread (lognormal), as replay run's")
+    ap.add_argument("--against", metavar="REV", help="replay REV's engine first (a git worktree), then this tree's")
+    ap.add_argument("--out", type=Path, help="keep the replays here (default: a new folder under /tmp)")
+    ap.add_argument("--from", dest="from_dir", type=Path, help="reprint a kept run (its after/ and before/)")
+    ap.add_argument("--jobs", type=int, default=2)
+    args = ap.parse_args()
+    settings = [s for s in args.settings.split(",") if s]
+    unknown = [s for s in settings if s not in SETTINGS and s not in JUDGING]
+    if unknown or args.seeds < 2 or args.noise <= 0 or args.jobs < 1:
+        sys.exit(f"replay_ensemble: {'unknown setting ' + ', '.join(unknown) if unknown else ''}"
+                 f"{'--seeds must be 2 or more, --noise above 0, --jobs 1 or more' if not unknown else ''}")
+    if args.from_dir is not None:
+        out = args.from_dir
+        if not (out / "after").is_dir():
+            sys.exit(f"replay_ensemble: {out} holds no kept run (no after/ folder)")
+    else:
+        out = args.out or Path(tempfile.mkdtemp(prefix="replay-ensemble."))
+        if args.against:
+            base = Path(tempfile.mkdtemp(prefix="replay-ensemble-base."))
+            added = subprocess.run(["git", "worktree", "add", "-q", "--detach", str(base), args.against], cwd=ROOT,
+                                   capture_output=True, text=True)
+            if added.returncode:
+                sys.exit(f"replay_ensemble: no revision {args.against!r} here ({added.stderr.strip()})")
+            try:
+                run_all(base, settings, args.seeds, args.noise, out / "before", args.jobs)
+            finally:
+                subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT, check=True)
+        run_all(ROOT, settings, args.seeds, args.noise, out / "after", args.jobs)
+    before = summary(load(out / "before")) if (out / "before").is_dir() else None
+    show(summary(load(out / "after")), before)
+    print(f"replays in {out}")
+
+
+if __name__ == "__main__":
+    main()
