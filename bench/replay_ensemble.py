@@ -7,14 +7,13 @@ probe now or later) sends the rest of a text, and the state carried into the nex
 noise on each decode, the count of categories where the hybrid is within 2% of its better part ranges, over 8 seeds,
 from 6 to 9 of 13 per token and 0 to 6 end to end with the recorded costs, 1 to 6 of 10 on the held-out set
 (bench/results/replay-runs/ensemble-e656dce.log; docs/performance.md, "An ensemble of replays"): a single replay's
-count mostly says which paths it took. Over the ensemble, per category and
-mode, the mean speed-up over plain (per token and end to end, each seed over its own plain); the hybrid's ratio to
-the better of the draft model and lookup (the better by their ensemble means), its mean over the seeds and the
-spread of that mean (two standard errors); and a category counted short only where the whole +-2 SE band lies under
-0.98, level where it lies at or above, unclear otherwise.
+count mostly says which paths it took. Over the ensemble, per category and mode, the mean speed-up over plain (per
+token and end to end, each seed over its own plain); the hybrid's ratio to the better of the draft model and lookup
+(the better by their ensemble means), its mean over the seeds and two standard errors of that mean; and a category
+counted short only where the whole +-2 SE band lies under 0.98, level where it lies at or above, unclear otherwise.
 
-    .venv/bin/python bench/replay_ensemble.py                       # 7 settings x 8 seeds, about 2 minutes alone
-    .venv/bin/python bench/replay_ensemble.py --against HEAD        # the same with REV's engine first, and the change
+    .venv/bin/python bench/replay_ensemble.py                       # 7 settings x 8 seeds, about 90 s alone
+    .venv/bin/python bench/replay_ensemble.py --against HEAD        # HEAD's engine first, then this tree's: what moved
     .venv/bin/python bench/replay_ensemble.py --settings main-recorded,held-mb --seeds 16 --noise 0.05
 
 Run it alone on the machine (two replays at a time); the figures are virtual seconds, so only other work's share of
