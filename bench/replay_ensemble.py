@@ -51,14 +51,23 @@ JUDGING = {  # the third held-out set, kept for judging a change, not for shapin
     "third-flat": [f"{R}/replay-heldout3-memory.json", "--costs-from", f"{R}/replay-memory.json", *TUNE,
                    "--verify-slope", "0.03"],
 }
+MORE = {  # the rest of bench/replay_same.sh's F16 and SmolLM2 settings, on request (--settings more: all of these)
+    "main-rpc2ms": [f"{R}/replay-memory.json", "--tune", "--skip", "1", "--latency-ms", "2"],
+    "main-fresh": [f"{R}/replay-memory.json", "--tune", "--skip", "1", "--fresh"],
+    "unseen-own": [f"{R}/replay-heldout2-memory.json", *TUNE],
+    "held-noprofile-10ms": [f"{R}/replay-heldout-memory.json", "--costs-from", f"{R}/replay-memory.json",
+                            "--latency-ms", "10"],
+    "smollm-switch": [f"{R}/replay-smollm.json", "--tune", "--skip", "1", "--latency-ms", "0.5", "--switch-ms", "15"],
+}
+ALL = {**SETTINGS, **JUDGING, **MORE}
 MODES = "plain,draft,lookup,hybrid"
 
 
 def replay(root: Path, setting: str, seed: int, noise: float, out: Path) -> None:
     """One replay with the engine under root, into out/SETTING-SEED.json (and .log)."""
     name = out / f"{setting}-{seed}"
-    cmd = [str(ROOT / ".venv/bin/python"), str(root / "bench/replay.py"), "run", *{**SETTINGS, **JUDGING}[setting],
-           "-n", "64", "--modes", MODES, "--noise", str(noise), "--seed", str(seed), "--json", f"{name}.json"]
+    cmd = [str(ROOT / ".venv/bin/python"), str(root / "bench/replay.py"), "run", *ALL[setting], "-n", "64",
+           "--modes", MODES, "--noise", str(noise), "--seed", str(seed), "--json", f"{name}.json"]
     with open(f"{name}.log", "w") as log:
         subprocess.run(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(root)}, stdout=log,
                        stderr=subprocess.STDOUT, check=True)
@@ -100,7 +109,8 @@ def judge(seeds: list[dict], field: str) -> dict:
         mean = statistics.mean(ratios)
         se2 = 2 * statistics.stdev(ratios) / len(ratios) ** 0.5 if len(ratios) > 1 else 0.0
         verdict = "short" if mean + se2 < 0.98 else "level" if mean - se2 >= 0.98 else "unclear"
-        out["categories"][c] = {**means, "better": better, "ratio": mean, "se2": se2, "verdict": verdict}
+        out["categories"][c] = {**means, "better": better, "ratio": mean, "se2": se2, "verdict": verdict,
+                                "hybrid_by_seed": [figure(r, "hybrid", c, field) for r in seeds]}
     for r in seeds:
         out["per_seed"].append(sum(figure(r, "hybrid", c, field) >= 0.98 * max(figure(r, "draft", c, field),
                                                                              figure(r, "lookup", c, field))
@@ -125,6 +135,23 @@ def totals(summ: dict, field: str) -> str:
             f"mean ratio {statistics.mean(x['ratio'] for x in cats):.4f}")
 
 
+def paired(after: dict, before: dict) -> tuple[float, float]:
+    """The hybrid's change in one category, seed by seed (the same seeds draw the same noise for the same decode in
+    both versions): the mean of after / before - 1 and two standard errors of it."""
+    d = [a / b - 1 for a, b in zip(after["hybrid_by_seed"], before["hybrid_by_seed"])]
+    return statistics.mean(d), 2 * statistics.stdev(d) / len(d) ** 0.5 if len(d) > 1 else 0.0
+
+
+def moved(j: dict, b: dict) -> tuple[int, int]:
+    """Categories where the hybrid's own speed-up rose, and fell, by more than two standard errors (paired)."""
+    up = down = 0
+    for c, x in j["categories"].items():
+        if c != "overall" and c in b["categories"]:
+            m, se2 = paired(x, b["categories"][c])
+            up, down = up + (m - se2 > 0), down + (m + se2 < 0)
+    return up, down
+
+
 def show(summ: dict, before: dict | None = None) -> None:
     for s, by_field in summ.items():
         print(f"{s} ({len(by_field['speedup']['per_seed'])} seeds)")
@@ -137,8 +164,11 @@ def show(summ: dict, before: dict | None = None) -> None:
             if before is not None and s in before:
                 b = before[s][f]
                 bo = b["categories"]["overall"]
+                m, se2 = paired(o, bo)
+                up, down = moved(j, b)
                 line += (f"\n  {'':10} before: draft {bo['draft']:.3f}x, lookup {bo['lookup']:.3f}x, hybrid "
-                         f"{bo['hybrid']:.3f}x; {counts(b)}")
+                         f"{bo['hybrid']:.3f}x; {counts(b)}; the hybrid {100 * m:+.1f}% +-{100 * se2:.1f} (paired), "
+                         f"its categories up in {up}, down in {down}")
             print(line)
             cells = []
             for c, x in j["categories"].items():
@@ -150,14 +180,20 @@ def show(summ: dict, before: dict | None = None) -> None:
                 cells.append(cell)
             print("    " + "; ".join(cells))
     for f, label in (("speedup", "per token"), ("e2e", "end to end")):
-        print(f"all settings, {label}: {totals(summ, f)}" + (f" (before: {totals(before, f)})" if before else ""))
+        line = f"all settings, {label}: {totals(summ, f)}"
+        if before:
+            ud = [moved(by_field[f], before[s][f]) for s, by_field in summ.items() if s in before]
+            line += (f" (before: {totals(before, f)}); the hybrid's categories up in {sum(u for u, _ in ud)}, down "
+                     f"in {sum(d for _, d in ud)} (paired, beyond two standard errors)")
+        print(line)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--settings", default=",".join(SETTINGS),
-                    help=f"of {', '.join(SETTINGS)} (default: all of these), {', '.join(JUDGING)}")
+                    help=f"of {', '.join(SETTINGS)} (default: all of these), {', '.join(JUDGING)}, "
+                         f"{', '.join(MORE)}; 'third' and 'more' name those groups")
     ap.add_argument("--seeds", type=int, default=8)
     ap.add_argument("--noise", type=float, default=0.02, help="each decode's spread (lognormal), as replay run's")
     ap.add_argument("--against", metavar="REV", help="replay REV's engine first (a git worktree), then this tree's")
@@ -165,8 +201,9 @@ def main() -> None:
     ap.add_argument("--from", dest="from_dir", type=Path, help="reprint a kept run (its after/ and before/)")
     ap.add_argument("--jobs", type=int, default=2)
     args = ap.parse_args()
-    settings = [s for s in args.settings.split(",") if s]
-    unknown = [s for s in settings if s not in SETTINGS and s not in JUDGING]
+    groups = {"third": list(JUDGING), "more": list(MORE)}
+    settings = [x for s in args.settings.split(",") if s for x in groups.get(s, [s])]
+    unknown = [s for s in settings if s not in ALL]
     if unknown or args.seeds < 2 or args.noise <= 0 or args.jobs < 1:
         sys.exit(f"replay_ensemble: {'unknown setting ' + ', '.join(unknown) if unknown else ''}"
                  f"{'--seeds must be 2 or more, --noise above 0, --jobs 1 or more' if not unknown else ''}")

@@ -352,20 +352,28 @@ def test_replay_ensemble_tells_a_systematic_shortfall_from_a_path(tmp_path):
 
     script = Path(__file__).parent.parent / "bench" / "replay_ensemble.py"
     hybrid_by_seed = {"a": [0.90, 0.90, 0.90], "b": [1.00, 1.01, 1.00], "c": [0.90, 1.06, 0.98]}  # of the draft's
-    (tmp_path / "after").mkdir()
-    for seed in range(3):
-        def row(figures):
-            return {c: {"speedup": v, "end_to_end_tok_s": v} for c, v in figures.items()}
-        cats = {c: 2.0 for c in hybrid_by_seed}
-        rows = {"plain": row({**{c: 1.0 for c in cats}, "overall": 1.0}), "draft": row({**cats, "overall": 2.0}),
-                "lookup": row({**{c: 1.5 for c in cats}, "overall": 1.5}),
-                "hybrid": row({**{c: 2.0 * v[seed] for c, v in hybrid_by_seed.items()}, "overall": 2.0})}
-        (tmp_path / "after" / f"toy-{seed}.json").write_text(json.dumps({"rows": rows}))
+
+    def write(folder, hybrid):
+        (tmp_path / folder).mkdir()
+        for seed in range(3):
+            def row(figures):
+                return {c: {"speedup": v, "end_to_end_tok_s": v} for c, v in figures.items()}
+            cats = {c: 2.0 for c in hybrid}
+            rows = {"plain": row({**{c: 1.0 for c in cats}, "overall": 1.0}), "draft": row({**cats, "overall": 2.0}),
+                    "lookup": row({**{c: 1.5 for c in cats}, "overall": 1.5}),
+                    "hybrid": row({**{c: 2.0 * v[seed] for c, v in hybrid.items()}, "overall": 2.0})}
+            (tmp_path / folder / f"toy-{seed}.json").write_text(json.dumps({"rows": rows}))
+    write("after", hybrid_by_seed)
     out = subprocess.run([sys.executable, str(script), "--from", str(tmp_path)], capture_output=True, text=True,
                          check=True).stdout
     assert "toy (3 seeds)" in out and "1 level, 1 unclear, 1 short of 3" in out, out
     assert "a 0.900+-0.000 short" in out and "b 1.003+-" in out and "c 0.980+-" in out and "unclear" in out, out
     assert "one replay alone: 1-2 within 2%" in out, out  # (seed 1: b and c; seeds 0 and 2: b, and c at 0.98)
+    # against a run before it where b was 5% slower in every seed and c moved both ways: b up, paired seed by seed
+    write("before", {**hybrid_by_seed, "b": [0.95, 0.96, 0.95], "c": [0.95, 1.00, 0.98]})
+    out = subprocess.run([sys.executable, str(script), "--from", str(tmp_path)], capture_output=True, text=True,
+                         check=True).stdout
+    assert "its categories up in 1, down in 0" in out and "b 1.003+-0.007 (was 0.953)" in out, out
     for args, says in ((["--settings", "nope"], "unknown setting nope"),
                        (["--from", str(tmp_path / "after")], "holds no kept run")):
         bad = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True)
