@@ -188,7 +188,7 @@ class Chain(ChainTrees, ChainHandOff, ChainReading):
         read_s = getattr(link.part, "read_s", None) or 0.0  # a model must first read what it missed
         behind = _behind(link.part, r.seq) if read_s else 0
         j, k = policy.plan(limit, lead.policy.keyed(lead.key), lead.n, least=int(learning), behind=behind,
-                           read_s=read_s, horizon=max(1, min(CATCH_UP_HORIZON, cap)))
+                           read_s=read_s, horizon=max(1, min(CATCH_UP_HORIZON, cap)), first=lead.policy.text_factor())
         if decision.reason == "explore" and k > 0 and j + k < limit:
             k += 1
         most = 0

@@ -47,7 +47,7 @@ class Splits:
         16 replays; docs/performance.md, 2026-12-06): lookup's lowest category rose or held in all 16 (recorded
         costs: translation 0.965x to 0.976x of plain), overall within -0.4% to +1.0%. Scaled up as well where a
         text's proposals passed more than expected (a weight of 2), SmolLM2 over a link lost (lookup 0.997x to
-        0.983x)."""
+        0.983x). The plan of a chain's round weighs the lead's tokens with it too (plan's `first`)."""
         return min(1.0, (self._text_passed + TEXT_WEIGHT) / (self._text_expected + TEXT_WEIGHT))
 
     def keep_after(self, n: int, key: object, rows: int, seconds: float, tokens: float, reach: float) -> int:
@@ -68,7 +68,7 @@ class Splits:
         return best
 
     def plan(self, k: int, lead: CostModel, n_lead: int, least: int = 0, behind: int = 0,
-             read_s: float = 0.0, horizon: int = CATCH_UP_HORIZON) -> tuple[int, int]:
+             read_s: float = 0.0, horizon: int = CATCH_UP_HORIZON, first: float = 1.0) -> tuple[int, int]:
         """In a chain, behind a free part that offered n_lead tokens (its acceptance for proposals of that kind:
         `lead`): keep j of them and draft f of this part's own after them, j + f <= k and f >= least, for the least
         expected time per token. The round costs T_v(j+f+1) + T_d(f) and yields E_lead[j] + P(all j pass) *
@@ -85,13 +85,21 @@ class Splits:
         This part drafts (outside learning rounds) only where that is expected to cost under `margin` times the best
         split without it, as a proposer alone must beat plain by the margin: estimates are noisy, and the least of
         several noisy estimates is an optimistic one, so near a tie the round without draft work is the safer; and
-        where this part's drafted rounds have cost more per token than expected (outcomes), by that much more."""
+        where this part's drafted rounds have cost more per token than expected (outcomes), by that much more.
+
+        first: a factor on the lead's a_0, what this text has shown of the lead's proposals (its policy's
+        text_factor), as keep() weighs them where the lead goes alone. Without it the plan trusted a kind's rate over
+        many texts where the text at hand kept failing it. Over an ensemble of replays (bench/replay_ensemble.py, 8
+        seeds, 2% noise; docs/performance.md, "An ensemble of replays"), the hybrid rose in 6 categories and fell in
+        1 (paired, beyond two standard errors) of 83 in seven settings, in 3 and none of 36 on the third set, each
+        setting's overall within -0.1% to +0.2%; in five more settings none moved beyond its errors."""
         c = self.cost
         verify = [c.t_verify(m) for m in range(1, k + 2)]
         draft = [c.t_draft(f) for f in range(k + 1)]
         if verify[0] is None or draft[k] is None:  # not timed yet: follow the lead, fill the round
             return min(n_lead, k - least), max(least, k - n_lead)
-        own, led, lead_a = c.expected(k), lead.expected(n_lead), lead.acceptances(n_lead)
+        own, led, lead_a = c.expected(k), lead.expected(n_lead, first), lead.acceptances(n_lead)
+        lead_a[:1] = [a * first for a in lead_a[:1]]
         inf = float("inf")
         best = {False: ((0, 0), verify[0] if least == 0 else inf), True: ((0, 0), inf)}  # by "this part drafts"
         all_pass = 1.0

@@ -442,6 +442,8 @@ def test_a_chain_part_drafts_alone_follows_or_stands_aside_by_expected_cost():
     # ... loses to 4 sure lookup tokens (1 / 5 = 0.2 s/token)
     sure = model({1: 1.0}, 0.0, [1.0] * 16)
     assert d.plan(8, sure, 4) == (4, 0)  # 4 drafted after them: (1 + 0.8) / (5 + 2.3616) = 0.2445 > 0.2
+    # ... unless this text has failed such proposals (its text factor 0.1 on a_0: 4 of them yield 1.4 tokens, 0.714)
+    assert d.plan(8, sure, 4, first=0.1) == (0, 4)
     cheap = DraftLength(8, adaptive=True, cost=model({m: 1.0 for m in range(1, 18)}, 0.05, [0.8] * 16))
     assert cheap.plan(8, sure, 4) == (4, 4)  # a cheaper draft model: (1 + 0.2) / 7.3616 = 0.163 < 0.2
     assert cheap.plan(4, sure, 4) == (4, 0)  # no room for it: the lead alone
