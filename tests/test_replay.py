@@ -345,8 +345,9 @@ def test_bench_texts_compares_text_by_text_and_reads_openings(tmp_path):
 
 def test_replay_ensemble_tells_a_systematic_shortfall_from_a_path(tmp_path):
     """bench/replay_ensemble.py --from a kept run: per category the hybrid's mean ratio to its better part over the
-    seeds, short only where the whole +-2 SE band lies under 0.98, level where it lies at or above; and one line,
-    exit 1, for a setting it does not know or a folder with no run."""
+    seeds, short only where the whole +-2 SE band lies under 0.98, level where it lies at or above; against a kept
+    run before it, the categories whose hybrid moved beyond two standard errors, seed by seed (a category that moved
+    both ways is not counted); and one line, exit 1, for a setting it does not know or a folder with no run."""
     import subprocess
     import sys
 
