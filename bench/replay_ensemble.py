@@ -69,8 +69,11 @@ def replay(root: Path, setting: str, seed: int, noise: float, out: Path) -> None
     cmd = [str(ROOT / ".venv/bin/python"), str(root / "bench/replay.py"), "run", *ALL[setting], "-n", "64",
            "--modes", MODES, "--noise", str(noise), "--seed", str(seed), "--json", f"{name}.json"]
     with open(f"{name}.log", "w") as log:
-        subprocess.run(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(root)}, stdout=log,
-                       stderr=subprocess.STDOUT, check=True)
+        done = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(root)}, stdout=log,
+                              stderr=subprocess.STDOUT)
+    if done.returncode:
+        raise SystemExit(f"replay_ensemble: the replay {setting} seed {seed} failed (exit {done.returncode}); its "
+                         f"output: {name}.log")
 
 
 def run_all(root: Path, settings: list[str], seeds: int, noise: float, out: Path, jobs: int) -> None:
@@ -209,8 +212,8 @@ def main() -> None:
                  f"{'--seeds must be 2 or more, --noise above 0, --jobs 1 or more' if not unknown else ''}")
     if args.from_dir is not None:
         out = args.from_dir
-        if not (out / "after").is_dir():
-            sys.exit(f"replay_ensemble: {out} holds no kept run (no after/ folder)")
+        if not any((out / "after").glob("*.json")):
+            sys.exit(f"replay_ensemble: {out} holds no kept run (no replays in an after/ folder)")
     else:
         out = args.out or Path(tempfile.mkdtemp(prefix="replay-ensemble."))
         if args.against:

@@ -375,7 +375,10 @@ def test_replay_ensemble_tells_a_systematic_shortfall_from_a_path(tmp_path):
     out = subprocess.run([sys.executable, str(script), "--from", str(tmp_path)], capture_output=True, text=True,
                          check=True).stdout
     assert "its categories up in 1, down in 0" in out and "b 1.003+-0.007 (was 0.953)" in out, out
+    empty = tmp_path / "empty"
+    (empty / "after").mkdir(parents=True)  # (a run interrupted before its first replay wrote)
     for args, says in ((["--settings", "nope"], "unknown setting nope"),
-                       (["--from", str(tmp_path / "after")], "holds no kept run")):
+                       (["--from", str(tmp_path / "after")], "holds no kept run"),
+                       (["--from", str(empty)], "holds no kept run")):
         bad = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True)
         assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and says in bad.stderr, bad.stderr
