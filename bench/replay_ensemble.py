@@ -17,7 +17,8 @@ counted short only where the whole +-2 SE band lies under 0.98, level where it l
     .venv/bin/python bench/replay_ensemble.py --settings main-recorded,held-mb --seeds 16 --noise 0.05
 
 Run it alone on the machine (two replays at a time); the figures are virtual seconds, so only other work's share of
-the cores makes it slower, never different. --out keeps each replay's JSON and log; --from DIR reprints a kept run."""
+the cores makes it slower, never different. --out keeps each replay's JSON and log; --from DIR reprints a kept run.
+Bad input, or a replay that fails, is one line and exit 1; Ctrl-C stops it after the replays running (exit 130)."""
 from __future__ import annotations
 
 import argparse
@@ -79,9 +80,12 @@ def replay(root: Path, setting: str, seed: int, noise: float, out: Path) -> None
 def run_all(root: Path, settings: list[str], seeds: int, noise: float, out: Path, jobs: int) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "command").write_text(f"noise {noise} seeds {seeds} settings {','.join(settings)} engine {root}\n")
-    with ThreadPoolExecutor(jobs) as pool:
+    pool = ThreadPoolExecutor(jobs)
+    try:
         for f in [pool.submit(replay, root, s, seed, noise, out) for s in settings for seed in range(seeds)]:
             f.result()
+    finally:  # (on an error or Ctrl-C the replays not begun are dropped: the run stops with those running)
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def load(out: Path) -> dict[str, list[dict]]:
@@ -233,4 +237,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:
+        print("replay_ensemble: interrupted (the replays that finished are kept in the output folder)", file=sys.stderr)
+        sys.exit(130)

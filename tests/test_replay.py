@@ -382,3 +382,21 @@ def test_replay_ensemble_tells_a_systematic_shortfall_from_a_path(tmp_path):
                        (["--from", str(empty)], "holds no kept run")):
         bad = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True)
         assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and says in bad.stderr, bad.stderr
+
+
+def test_replay_ensemble_stops_on_ctrl_c_with_one_line(tmp_path):
+    """Ctrl-C during bench/replay_ensemble.py: the replays not begun are dropped, one line, exit 130 (not a wait for
+    the whole run, nor a thread's traceback)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = Path(__file__).parent.parent / "bench" / "replay_ensemble.py"
+    proc = subprocess.Popen([sys.executable, str(script), "--settings", "main-flat", "--seeds", "8", "--jobs", "1",
+                             "--out", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and err.strip().count("\n") == 0 and "interrupted" in err, (out, err)
+    assert len(list((tmp_path / "after").glob("*.json"))) < 8
