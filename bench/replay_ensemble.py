@@ -92,8 +92,12 @@ def load(out: Path) -> dict[str, list[dict]]:
     """Each setting's replays' rows, by seed."""
     runs: dict[str, dict[int, dict]] = {}
     for f in out.glob("*.json"):
-        setting, seed = f.stem.rsplit("-", 1)
-        runs.setdefault(setting, {})[int(seed)] = json.loads(f.read_text())["rows"]
+        setting, _, seed = f.stem.rpartition("-")
+        try:
+            runs.setdefault(setting, {})[int(seed)] = json.loads(f.read_text())["rows"]
+        except (ValueError, KeyError, TypeError) as e:  # (JSONDecodeError is a ValueError)
+            raise SystemExit(f"replay_ensemble: {f} is not one of this tool's replays (SETTING-SEED.json from "
+                             f"bench/replay.py run --json): {type(e).__name__}") from None
     return {s: [by_seed[k] for k in sorted(by_seed)] for s, by_seed in sorted(runs.items())}
 
 

@@ -377,9 +377,13 @@ def test_replay_ensemble_tells_a_systematic_shortfall_from_a_path(tmp_path):
     assert "its categories up in 1, down in 0" in out and "b 1.003+-0.007 (was 0.953)" in out, out
     empty = tmp_path / "empty"
     (empty / "after").mkdir(parents=True)  # (a run interrupted before its first replay wrote)
+    foreign = tmp_path / "foreign"
+    (foreign / "after").mkdir(parents=True)  # (bench/replay_same.sh's folders name a replay by its setting alone)
+    (foreign / "after" / "held-mb.json").write_text(json.dumps({"rows": {}}))
     for args, says in ((["--settings", "nope"], "unknown setting nope"),
                        (["--from", str(tmp_path / "after")], "holds no kept run"),
-                       (["--from", str(empty)], "holds no kept run")):
+                       (["--from", str(empty)], "holds no kept run"),
+                       (["--from", str(foreign)], "held-mb.json is not one of this tool's replays")):
         bad = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True)
         assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and says in bad.stderr, bad.stderr
 
