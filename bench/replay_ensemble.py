@@ -31,43 +31,15 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from replay_settings import ENSEMBLE, JUDGING, MORE, MODES, SETTINGS
+
 ROOT = Path(__file__).resolve().parent.parent
-R = "bench/results"
-TUNE = ["--tune", "--tune-on", f"{R}/replay-memory.json"]
-MEMORY_BOUND = ["--target-scale", "1.35", "--verify-slope", "0.12"]
-SETTINGS = {  # name: the replay's recording and options (the settings bench/replay_same.sh judges the F16 pair on)
-    "main-recorded": [f"{R}/replay-memory.json", "--tune", "--skip", "1"],
-    "main-mb": [f"{R}/replay-memory.json", "--tune", "--skip", "1", *MEMORY_BOUND],
-    "main-flat": [f"{R}/replay-memory.json", "--tune", "--skip", "1", "--verify-slope", "0.03"],
-    "held-recorded": [f"{R}/replay-heldout-memory.json", "--costs-from", f"{R}/replay-memory.json"],
-    "held-mb": [f"{R}/replay-heldout-memory.json", "--costs-from", f"{R}/replay-memory.json", *MEMORY_BOUND],
-    "unseen-recorded": [f"{R}/replay-heldout2-memory.json", "--costs-from", f"{R}/replay-memory.json", *TUNE],
-    "unseen-mb": [f"{R}/replay-heldout2-memory.json", "--costs-from", f"{R}/replay-memory.json", *TUNE,
-                  *MEMORY_BOUND],
-}
-JUDGING = {  # the third held-out set, kept for judging a change, not for shaping one (--settings third-recorded,...)
-    "third-recorded": [f"{R}/replay-heldout3-memory.json", "--costs-from", f"{R}/replay-memory.json", *TUNE],
-    "third-mb": [f"{R}/replay-heldout3-memory.json", "--costs-from", f"{R}/replay-memory.json", *TUNE,
-                 *MEMORY_BOUND],
-    "third-flat": [f"{R}/replay-heldout3-memory.json", "--costs-from", f"{R}/replay-memory.json", *TUNE,
-                   "--verify-slope", "0.03"],
-}
-MORE = {  # the rest of bench/replay_same.sh's F16 and SmolLM2 settings, on request (--settings more: all of these)
-    "main-rpc2ms": [f"{R}/replay-memory.json", "--tune", "--skip", "1", "--latency-ms", "2"],
-    "main-fresh": [f"{R}/replay-memory.json", "--tune", "--skip", "1", "--fresh"],
-    "unseen-own": [f"{R}/replay-heldout2-memory.json", *TUNE],
-    "held-noprofile-10ms": [f"{R}/replay-heldout-memory.json", "--costs-from", f"{R}/replay-memory.json",
-                            "--latency-ms", "10"],
-    "smollm-switch": [f"{R}/replay-smollm.json", "--tune", "--skip", "1", "--latency-ms", "0.5", "--switch-ms", "15"],
-}
-ALL = {**SETTINGS, **JUDGING, **MORE}
-MODES = "plain,draft,lookup,hybrid"
 
 
 def replay(root: Path, setting: str, seed: int, noise: float, out: Path) -> None:
     """One replay with the engine under root, into out/SETTING-SEED.json (and .log)."""
     name = out / f"{setting}-{seed}"
-    cmd = [str(ROOT / ".venv/bin/python"), str(root / "bench/replay.py"), "run", *ALL[setting], "-n", "64",
+    cmd = [str(ROOT / ".venv/bin/python"), str(root / "bench/replay.py"), "run", *SETTINGS[setting], "-n", "64",
            "--modes", MODES, "--noise", str(noise), "--seed", str(seed), "--json", f"{name}.json"]
     with open(f"{name}.log", "w") as log:
         done = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(root)}, stdout=log,
@@ -202,8 +174,8 @@ def show(summ: dict, before: dict | None = None) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--settings", default=",".join(SETTINGS),
-                    help=f"of {', '.join(SETTINGS)} (default: all of these), {', '.join(JUDGING)}, "
+    ap.add_argument("--settings", default=",".join(ENSEMBLE),
+                    help=f"of {', '.join(ENSEMBLE)} (default: all of these), {', '.join(JUDGING)}, "
                          f"{', '.join(MORE)}; 'third' and 'more' name those groups")
     ap.add_argument("--seeds", type=int, default=8)
     ap.add_argument("--noise", type=float, default=0.02, help="each decode's spread (lognormal), as replay run's")
@@ -214,10 +186,13 @@ def main() -> None:
     args = ap.parse_args()
     groups = {"third": list(JUDGING), "more": list(MORE)}
     settings = [x for s in args.settings.split(",") if s for x in groups.get(s, [s])]
-    unknown = [s for s in settings if s not in ALL]
-    if unknown or args.seeds < 2 or args.noise <= 0 or args.jobs < 1:
-        sys.exit(f"replay_ensemble: {'unknown setting ' + ', '.join(unknown) if unknown else ''}"
-                 f"{'--seeds must be 2 or more, --noise above 0, --jobs 1 or more' if not unknown else ''}")
+    unknown = [s for s in settings if s not in SETTINGS]
+    once = [s for s in settings if s in SETTINGS and s not in ENSEMBLE + JUDGING + MORE]
+    if unknown or once:
+        sys.exit(f"replay_ensemble: unknown setting {', '.join(unknown)}" if unknown else
+                 f"replay_ensemble: {', '.join(once)} sets its own noise or modes: bench/replay_same.sh replays it")
+    if args.seeds < 2 or args.noise <= 0 or args.jobs < 1:
+        sys.exit("replay_ensemble: --seeds must be 2 or more, --noise above 0, --jobs 1 or more")
     if args.from_dir is not None:
         out = args.from_dir
         if not any((out / "after").glob("*.json")):

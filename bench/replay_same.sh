@@ -5,10 +5,11 @@
 #   bench/replay_same.sh REV [OUT]     REV: the commit to compare against (e.g. HEAD, main~3); OUT: where the logs and
 #                                      JSON go (default: a new folder under /tmp). Exit 0 when all 16 are identical;
 #                                      for each that differs, what moved (per mode, overall and lowest category).
-# The replays: the 12 a policy trial is judged on (the built-in, held-out and unseen sets with the recorded costs and
-# memory-bound, a flat curve, + 2 ms, noise and their own costs, the Q4_K_M pair learning and --fresh), SmolLM2 over a
-# link with switches and with hold-ups and a confidence floor, the built-in set --fresh with noise, and the held-out
-# set over 10 ms with no profile. Trees, grammars and sampling are the tests' to check (tests/test_tree_engine.py,
+# The replays (their options: bench/replay_settings.py, which bench/replay_ensemble.py reads too): the 12 a policy
+# trial is judged on (the built-in, held-out and unseen sets with the recorded costs and memory-bound, a flat curve,
+# + 2 ms, noise and their own costs, the Q4_K_M pair learning and --fresh), SmolLM2 over a link with switches and with
+# hold-ups and a confidence floor, the built-in set --fresh with noise, and the held-out set over 10 ms with no
+# profile. Trees, grammars and sampling are the tests' to check (tests/test_tree_engine.py,
 # test_constraints.py, test_proposers_engine.py). About a minute on 2 cores; run it alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,30 +18,20 @@ out=${2:-$(mktemp -d /tmp/replay-same.XXXXXX)}
 base=$(mktemp -d /tmp/replay-base.XXXXXX)
 git worktree add -q --detach "$base" "$rev"
 trap 'git worktree remove --force "$base"' EXIT
-R=bench/results  # the recordings: this tree's (REV's engine replays the same files)
-replays() {  # ROOT NAME: every replay with the engine under ROOT, into $out/NAME/
+# the recordings and the settings are this tree's (REV's engine replays the same files)
+replays() {  # ROOT NAME: every replay with the engine under ROOT, into $out/NAME/, two at a time
   local root=$1 dir=$out/$2
   mkdir -p "$dir"
-  one() { local name=$1; shift; PYTHONPATH=$root .venv/bin/python "$root/bench/replay.py" run "$@" -n 64 \
-            --json "$dir/$name.json" > "$dir/$name.log" 2>/dev/null; }
-  local tune=(--tune --tune-on $R/replay-memory.json) mb=(--target-scale 1.35 --verify-slope 0.12)
-  one main-recorded $R/replay-memory.json --tune --skip 1 & one main-mb $R/replay-memory.json --tune --skip 1 "${mb[@]}"; wait
-  one held-recorded $R/replay-heldout-memory.json --costs-from $R/replay-memory.json &
-  one held-mb $R/replay-heldout-memory.json --costs-from $R/replay-memory.json "${mb[@]}"; wait
-  one unseen-recorded $R/replay-heldout2-memory.json --costs-from $R/replay-memory.json "${tune[@]}" &
-  one unseen-mb $R/replay-heldout2-memory.json --costs-from $R/replay-memory.json "${tune[@]}" "${mb[@]}"; wait
-  one main-rpc2ms $R/replay-memory.json --tune --skip 1 --latency-ms 2 &
-  one unseen-noise $R/replay-heldout2-memory.json --costs-from $R/replay-memory.json "${tune[@]}" --noise 0.15; wait
-  one compute $R/replay-compute.json --tune --skip 1 --modes plain,draft,lookup,hybrid &
-  one compute-fresh $R/replay-compute.json --tune --skip 1 --modes plain,draft,lookup,hybrid --fresh; wait
-  one main-flat $R/replay-memory.json --tune --skip 1 --verify-slope 0.03 &
-  one unseen-own $R/replay-heldout2-memory.json "${tune[@]}"; wait
-  one smollm-switch $R/replay-smollm.json --tune --skip 1 --latency-ms 0.5 --switch-ms 15 \
-      --modes plain,draft:4,draft,lookup,hybrid &
-  one smollm-hiccups $R/replay-smollm-confidence.json --tune --skip 1 --latency-ms 2 --hiccups 1 --hiccup-ms 100 \
-      --draft-p-min 0.5; wait
-  one main-fresh-noise $R/replay-memory.json --tune --skip 1 --fresh --noise 0.15 --seed 3 &
-  one held-noprofile-10ms $R/replay-heldout-memory.json --costs-from $R/replay-memory.json --latency-ms 10; wait
+  one() {  # a setting of bench/replay_settings.py's table
+    local name=$1 args
+    mapfile -t args < <(.venv/bin/python bench/replay_settings.py "$name")
+    PYTHONPATH=$root .venv/bin/python "$root/bench/replay.py" run "${args[@]}" -n 64 --json "$dir/$name.json" \
+      > "$dir/$name.log" 2>/dev/null
+  }
+  local pairs=(main-recorded main-mb held-recorded held-mb unseen-recorded unseen-mb main-rpc2ms unseen-noise
+               compute compute-fresh main-flat unseen-own smollm-switch smollm-hiccups main-fresh-noise
+               held-noprofile-10ms)
+  for ((i = 0; i < ${#pairs[@]}; i += 2)); do one "${pairs[i]}" & one "${pairs[i + 1]}"; wait; done
 }
 replays "$base" before
 replays "$PWD" after

@@ -381,6 +381,7 @@ def test_replay_ensemble_tells_a_systematic_shortfall_from_a_path(tmp_path):
     (foreign / "after").mkdir(parents=True)  # (bench/replay_same.sh's folders name a replay by its setting alone)
     (foreign / "after" / "held-mb.json").write_text(json.dumps({"rows": {}}))
     for args, says in ((["--settings", "nope"], "unknown setting nope"),
+                       (["--settings", "main-mb,unseen-noise"], "unseen-noise sets its own noise"),
                        (["--from", str(tmp_path / "after")], "holds no kept run"),
                        (["--from", str(empty)], "holds no kept run"),
                        (["--from", str(foreign)], "held-mb.json is not one of this tool's replays")):
