@@ -38,7 +38,7 @@ class Link:
     tree: Tree | None = None  # what it proposed, where that was a tree
     alternatives: list | None = None  # a draft model's second choice at each of its n positions (and its q)
     branch: tuple | None = None  # a draft model's branch after one of them (Proposal.branch)
-    stop: object = None  # a draft model's costs.ConfidenceStop this round (its confidence in each token it drafted)
+    stop: object = None  # a draft model's ConfidenceStop this round (its confidence in each token it drafted)
     refused: tuple[int, float] | None = None  # greedy: the token its confidence refused after its n, and that confidence
     asked: int = 0  # a round by cost whose first token fell under the draft's floor: the most it was asked to draft
 

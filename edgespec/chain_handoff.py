@@ -1,6 +1,8 @@
 """A draft model's round handed on to prompt lookup (a mixin of chain.Chain): where the draft model began a quotation
 that lookup could not see from the text alone, lookup's continuation of its tokens (the round's tail) costs a verify
-row a token, where each more drafted token costs a row and a draft step."""
+row a token, where each more drafted token costs a row and a draft step. Where a wrong continuation's rows would cost
+more than a draft step, the draft model drafts one token more first and hands on only where that token is lookup's
+next one (a quotation still); else it drafts on."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, Sequence
@@ -54,7 +56,14 @@ class ChainHandOff:
         token than the draft's next one, passing at its position's rate: its row (the mean of the next
         HAND_OFF_ROWS rows, as a verify curve need not rise evenly) and the reading the draft model will do of it,
         against a row and a draft step. A quotation the draft model began is then copied, not drafted token by
-        token. Rounds by cost only: a learning round's length is what it measures. None: no lead to hand off to."""
+        token. Where those rows, wasted by a wrong continuation, are expected to cost more than a draft step (less
+        the reading it spares), the hand-off waits for a check (stop.check, ConfidenceStop.agrees): the draft model
+        drafts its next token, and the round goes on to lookup only where that is lookup's next token. An
+        extraction's answer copies a field from the passage, then leaves it where the passage goes on: lookup
+        continues the passage, the draft model the format (replayed with a memory-bound target, extraction on the
+        second set 0.951 to 0.997 of the draft model alone; on a flat curve, where rows cost little, nothing is
+        checked). Rounds by cost only: a learning round's length is what it measures. None: no lead to hand off
+        to."""
         lead = self.links[0]
         if len(self.links) < 2 or link is lead or self.tree_width > 1 or not lead.policy.free or \
                 not hasattr(lead.part, "match_after"):
@@ -72,5 +81,16 @@ class ChainHandOff:
             start, end = cost.t_verify(rows), cost.t_verify(rows + r)
             row = max(0.0, end - start) / r if start is not None and end is not None else 0.0
             read = getattr(link.part, "read_s", None) or 0.0
-            return tail * (row + stop.step_s) >= mine * (row + read)
+            if tail * (row + stop.step_s) < mine * (row + read):
+                return False
+            stop.check = offered[0] if self._checked(tail, r * row, stop.step_s, read) else None
+            return True
         return hand_off
+
+    @staticmethod
+    def _checked(tail: float, rows_s: float, step_s: float, read_s: float) -> bool:
+        """Whether a hand-off waits for the draft model's next token to agree with lookup's (ConfidenceStop.agrees):
+        where the verify rows a wrong continuation would waste (rows_s: those _hand_off prices, wasted with the
+        chance 1 - tail) are expected to cost more than the draft step that checks it, less the reading of that
+        token the step spares the draft model later."""
+        return (1 - tail) * rows_s >= step_s - read_s

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .costs import Calibration, ConfidenceStop, CostModel, Outcomes, seed_counts
+from .confidence import Calibration, ConfidenceStop
+from .costs import CostModel, Outcomes, seed_counts
 from .reading import ANSWER_FLOOR, Reading
 from .splits import Splits
 from .tree_shapes import ALTERNATIVES, TreeShapes
@@ -144,8 +145,7 @@ class DraftLength(TreeShapes, Splits, Reading):
         """The probe due now would first have its proposer read more than the probe is worth (a draft model that
         stood aside since the text began has all of it to read): plain decoding goes on, and the probe comes at the
         start of the next text where a probe could change the verdict (new_text), where the prompt is read anyway."""
-        self._probe, self._plain_left = "", self.max_wait
-        self._waited = self.max_wait
+        self._probe, self._plain_left, self._waited = "", self.max_wait, self.max_wait
 
     def decide(self, cap: int, k_max: int | None = None, adaptive: bool | None = None,
                planned: bool = False) -> Decision:
@@ -260,7 +260,7 @@ class DraftLength(TreeShapes, Splits, Reading):
     def confidence_stop(self, rows: int, reach: float = 1.0, active: bool = True,
                         least: int = 0) -> ConfidenceStop | None:
         """For a round this part drafts by cost after `rows` - 1 tokens of earlier parts (which all pass with chance
-        `reach`): where its draft model stops, by its confidence in each token (costs.ConfidenceStop), a token
+        `reach`): where its draft model stops, by its confidence in each token (confidence.ConfidenceStop), a token
         valued at what one costs when speculating (the best K's expected time per token, at most a plain step's).
         active=False: a learning round, whose length is fixed: only its confidences are noted; least: tokens drafted
         whatever the confidence (a probe's first, which must be tested). A draft step is priced as its proposer

@@ -402,6 +402,9 @@ def test_a_draft_model_times_its_steps_and_the_step_whose_token_it_did_not_keep(
         def further(self, i, drafted=()):
             return True
 
+        def agrees(self, token):  # (no hand-off to check)
+            return False
+
     class Enough(Stop):  # keeps all, asks for none after token 1
         def keep(self, i, p):
             return True
@@ -522,11 +525,33 @@ def counting_hand_offs(monkeypatch) -> list:
     return verdicts
 
 
-def test_greedy_identity_where_the_draft_model_hands_its_round_on_to_lookup(tiny_pair, monkeypatch):
+def counting_checks(monkeypatch, always: bool) -> list:
+    """ConfidenceStop.agrees's answers from here on (a hand-off checked by the draft model's next token: True where
+    it was lookup's next one); always: every hand-off checked, whatever the costs say (Chain._checked)."""
+    from edgespec.chain import Chain
+    from edgespec.confidence import ConfidenceStop
+
+    if always:
+        monkeypatch.setattr(Chain, "_checked", staticmethod(lambda *costs: True))
+    answers, real = [], ConfidenceStop.agrees
+
+    def counted(self, token):
+        checking = self.check is not None
+        agreed = real(self, token)
+        if checking:
+            answers.append(agreed)
+        return agreed
+    monkeypatch.setattr(ConfidenceStop, "agrees", counted)
+    return answers
+
+
+@pytest.mark.parametrize("always_checked", [False, True], ids=["priced", "checked"])
+def test_greedy_identity_where_the_draft_model_hands_its_round_on_to_lookup(tiny_pair, monkeypatch, always_checked):
     # On repeating text lookup continues what the draft model's first tokens began (matches of 3 tokens or more),
     # and a copied token costs a verify row where a drafted one costs a row and a draft step: the draft model stops
-    # and lookup's tail fills the round. The text is the target's all the same.
-    verdicts = counting_hand_offs(monkeypatch)
+    # and lookup's tail fills the round; checked, it drafts one token more first and hands on only where that token
+    # is lookup's next (else it drafts on). The text is the target's all the same.
+    verdicts, checks = counting_hand_offs(monkeypatch), counting_checks(monkeypatch, always_checked)
     e = tail_engine(tiny_pair)
     for prompt in REPEATING + PROMPTS:
         tokens = e.tokenize(prompt)
@@ -535,17 +560,25 @@ def test_greedy_identity_where_the_draft_model_hands_its_round_on_to_lookup(tiny
         assert_identical_or_near_tie(e.model, tokens, plain.tokens, r.tokens, 8)
     e.close()
     assert sum(verdicts) >= 5 and not all(verdicts), (sum(verdicts), len(verdicts))
+    if always_checked:  # both ways taken: handed on after the check, and drafting on past a disagreement
+        assert sum(checks) >= 3 and not all(checks), (sum(checks), len(checks))
 
 
-def test_sampled_first_three_tokens_follow_the_target_where_the_draft_hands_its_round_on(tiny_pair, monkeypatch):
+@pytest.mark.parametrize("always_checked", [False, True], ids=["priced", "checked"])
+def test_sampled_first_three_tokens_follow_the_target_where_the_draft_hands_its_round_on(tiny_pair, monkeypatch,
+                                                                                          always_checked):
     # Where the draft model stops because lookup continues its first token (a match of 3: the hand-off), the round
     # is that token and lookup's deterministic guess after it: the first three tokens against the exact joint.
-    verdicts = counting_hand_offs(monkeypatch)
+    # Checked, the draft model's sampled second token decides: lookup's guess after it where it is that guess, else
+    # the draft model's own round.
+    verdicts, checks = counting_hand_offs(monkeypatch), counting_checks(monkeypatch, always_checked)
     e = tail_engine(tiny_pair, Quotes(3))
-    e.policy(e.proposer.draft).k_max = 2
+    e.policy(e.proposer.draft).k_max = 3 if always_checked else 2
     counts, expected = first_two_counts(e, e.tokenize("the cat the cat the"), TOP5, 4000, n=3, max_tokens=4)
     e.close()
     assert sum(verdicts) >= 1000, sum(verdicts)
+    if always_checked:
+        assert sum(checks) >= 100 and len(checks) - sum(checks) >= 100, (sum(checks), len(checks))
     assert_follows(counts, expected)
 
 

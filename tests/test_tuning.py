@@ -758,7 +758,7 @@ def test_a_wait_that_ends_where_drafting_could_not_pay_at_all_doubles_instead_of
 
 
 def test_calibration_learns_how_often_tokens_of_each_confidence_pass():
-    from edgespec.costs import Calibration
+    from edgespec.confidence import Calibration
 
     c = Calibration(decay=1.0)
     assert c.chance(0.35) == pytest.approx(0.35)  # before any evidence: the confidence itself
@@ -769,7 +769,7 @@ def test_calibration_learns_how_often_tokens_of_each_confidence_pass():
 
 
 def test_calibration_counts_a_refused_token_where_every_drafted_token_before_it_passed():
-    from edgespec.costs import Calibration
+    from edgespec.confidence import Calibration
 
     def bins(confidence, n_accepted, refused):
         c = Calibration(decay=1.0)
@@ -788,7 +788,7 @@ def test_calibration_counts_a_refused_token_where_every_drafted_token_before_it_
 
 
 def test_a_confidence_stop_keeps_a_token_while_its_chance_pays_for_its_row():
-    from edgespec.costs import Calibration, ConfidenceStop
+    from edgespec.confidence import Calibration, ConfidenceStop
 
     def stop(row_s, step_s=0.1, active=True):
         return ConfidenceStop(Calibration(), lambda m: 1.0 + row_s * (m - 1), rows=1, value=1.0, step_s=step_s,
@@ -811,7 +811,7 @@ def test_a_first_token_pays_for_its_row_with_the_tokens_it_opens_the_way_to():
     # costs 1.5 of a token's worth, each after it 0.02. Alone, a sure first token (0.9 x 1.0 < 1.5) never paid
     # for its row and the draft drafted nothing; with four more at the average 0.9 behind it, the five bring
     # 0.9 + 0.81 + 0.729 + 0.656 + 0.59 = 3.69 for rows and steps of 1.5 + 4 x 0.02 + 4 x 0.05 = 1.78.
-    from edgespec.costs import Calibration, ConfidenceStop
+    from edgespec.confidence import Calibration, ConfidenceStop
 
     def verify(m):
         return 1.0 if m == 1 else 2.5 + 0.02 * (m - 2)
@@ -833,7 +833,7 @@ def test_a_first_token_pays_for_its_row_with_the_tokens_it_opens_the_way_to():
 
 
 def test_a_confidence_stop_hands_the_round_on_where_its_caller_says_lookup_continues_for_less():
-    from edgespec.costs import Calibration, ConfidenceStop
+    from edgespec.confidence import Calibration, ConfidenceStop
 
     asked = []
     s = ConfidenceStop(Calibration(), lambda m: 1.0 + 0.05 * (m - 1), rows=1, value=1.0, step_s=0.1, accept=[0.9] * 8)
@@ -846,6 +846,25 @@ def test_a_confidence_stop_hands_the_round_on_where_its_caller_says_lookup_conti
                               active=False)
     learning.hand_off = lambda drafted: True
     assert learning.further(0, [9])  # a learning round drafts its whole length
+
+
+def test_a_checked_hand_off_drafts_one_token_more_and_hands_on_only_where_that_token_is_lookups():
+    from edgespec.chain import Chain
+    from edgespec.confidence import Calibration, ConfidenceStop
+
+    s = ConfidenceStop(Calibration(), lambda m: 1.0 + 0.05 * (m - 1), rows=1, value=1.0, step_s=0.1, accept=[0.9] * 8)
+    s.most = 4
+    s.hand_off = lambda drafted: setattr(s, "check", 42) or True  # lookup continues with 42, checked
+    assert s.further(0, [7])  # the hand-off waits: one token more, to check it
+    assert s.agrees(42) and s.check is None  # lookup's next token: the round stops after it, lookup goes on
+    assert s.further(0, [7]) and not s.agrees(41)  # another: the draft model drafts on
+    assert not s.agrees(42)  # (a check is spent once asked)
+    assert not s.further(3, [7, 8, 9, 10]) and s.check is None  # no room for one more: handed on unchecked
+    # Priced: checked where the rows a wrong continuation wastes cost more than the checking step, less the reading
+    # it spares (the replay's costs: a memory-bound target's next four rows, a flat curve's, the draft's step and read)
+    assert Chain._checked(0.6, rows_s=4 * 0.0114, step_s=0.0216, read_s=0.0093)  # 18 ms against 12
+    assert not Chain._checked(0.6, rows_s=4 * 0.0021, step_s=0.0216, read_s=0.0093)  # 3 ms
+    assert not Chain._checked(0.95, rows_s=4 * 0.0114, step_s=0.0216, read_s=0.0093)  # a continuation that passes
 
 
 def test_a_confidence_stop_prices_a_draft_step_as_the_proposer_timed_it():

@@ -66,8 +66,9 @@ class DraftModelProposer:
         first position i whose top probability is under `split` (where the draft's confidence splits),
         branch(i) tokens are drafted after the second choice there too (Proposal.branch), each in the same decode
         as a token of the chain, while the chain lasts. The decision looks at the draft's distribution at i, never
-        at the tokens drawn there, so a sampled second choice still carries its q. stop (costs.ConfidenceStop): asked
-        before each token whether to keep it and after it whether to draft one more, by the draft's confidence."""
+        at the tokens drawn there, so a sampled second choice still carries its q. stop
+        (confidence.ConfidenceStop): asked before each token whether to keep it and after it whether to draft one
+        more, by the draft's confidence, and whether a token drafted to check a hand-off to lookup agrees with it."""
         k = min(k, self.ctx.n_ctx - len(seq) + 1)  # seq plus k-1 drafted tokens must fit in the draft's cache
         self.branch_s = self.refused_s = 0.0
         self.refused, self.floored = None, False
@@ -93,6 +94,9 @@ class DraftModelProposer:
                     self.refused_s = last_s
                     break
                 tok, top = picked
+                if stop is not None and stop.agrees(tok):  # a checked hand-off: lookup continues from here
+                    tokens.append(tok)
+                    break
                 if fork is not None and len(fork.tokens) < fork.n:  # the branch's next token, from its own row
                     b, bq = self._choose(fork.logits, sampling, rng)
                     fork.tokens.append(b)
