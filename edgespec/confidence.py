@@ -74,8 +74,8 @@ class ConfidenceStop:
     draft model that passed nearly every token drafted none (0.80x of plain where a fixed K of 4 made 1.57x). The
     first `least` tokens are kept whatever their confidence (a probe must test one). In a chain behind prompt
     lookup, `hand_off` (Chain._hand_off) may end the round's drafting where lookup continues the tokens drafted so far
-    for less. It looks at the draft's distribution and the drafted tokens only, never at the target, so sampling
-    stays exact."""
+    for less, or, where it sets `check`, one token later if that token is lookup's next (agrees). It looks at the
+    draft's distribution and the drafted tokens only, never at the target, so sampling stays exact."""
 
     def __init__(self, calibration: Calibration, t_verify, rows: int, value: float, step_s: float,
                  accept: Sequence[float], reach: float = 1.0, active: bool = True, least: int = 0) -> None:
