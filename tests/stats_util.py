@@ -1,4 +1,8 @@
-"""A chi-square goodness-of-fit check without scipy, and exact target distributions to check against."""
+"""A chi-square goodness-of-fit check without scipy, exact target distributions to check against, and the draws of
+a pure-Python simulation split over processes."""
+import concurrent.futures
+import multiprocessing
+
 import numpy as np
 
 
@@ -21,6 +25,14 @@ def chi2_stat(counts: np.ndarray, probs: np.ndarray, min_expected: float = 5.0) 
     obs, exp = np.array(obs), np.array(exp)
     keep = exp > 0
     return float(((obs[keep] - exp[keep]) ** 2 / exp[keep]).sum()), int(keep.sum() - 1)
+
+
+def in_processes(fn, calls: list[tuple]) -> list:
+    """fn(*call) for each call, each in its own spawned process: a pure-Python simulation's draws split over this
+    machine's two cores (nothing else runs beside a test), each part with its own seed. fn: a module-level function
+    (the children import it by name)."""
+    with concurrent.futures.ProcessPoolExecutor(len(calls), mp_context=multiprocessing.get_context("spawn")) as pool:
+        return list(pool.map(fn, *zip(*calls)))
 
 
 def assert_follows(counts, probs) -> None:

@@ -2,10 +2,8 @@
 (every proposer, drafts forced to be wrong, penalties on), sampled output following the masked, penalised target
 distribution (a pure simulation at 1e5 draws with a wrong-mask mutation that must fail, and the engine itself),
 schema-valid JSON, and one-line errors for bad grammars before anything is decoded."""
-import concurrent.futures
 import dataclasses
 import json
-import multiprocessing
 
 import numpy as np
 import pytest
@@ -17,7 +15,7 @@ from edgespec.proposers import Proposal
 from edgespec.sampling import probabilities, sample
 from edgespec.verify import verify_sampled
 from conftest import PROMPTS
-from stats_util import assert_follows, chi2_critical, chi2_stat
+from stats_util import assert_follows, chi2_critical, chi2_stat, in_processes
 
 DIGITS = Constraint.gbnf('root ::= [0-9]+ ("," [0-9]+)*')
 SCHEMA = Constraint.json_schema({"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
@@ -237,11 +235,8 @@ def count_two(guide_class, draws, seed):
 @pytest.mark.parametrize("guide_class, follows, draws", [(Guide, True, 100_000), (NoHistoryGuide, False, 20_000)])
 def test_speculation_keeps_the_masked_penalised_distribution(guide_class, follows, draws):
     want = exact_two(Guide(CFG, ToyGrammar(0), [0, 1, 0], 6))
-    # pure Python at about a millisecond a draw: the draws are split over two processes (this machine has two cores
-    # and nothing else runs beside a test), each with its own seed
-    parts = 2 if follows else 1
-    with concurrent.futures.ProcessPoolExecutor(parts, mp_context=multiprocessing.get_context("spawn")) as pool:
-        counts = list(pool.map(count_two, [guide_class] * parts, [draws // parts] * parts, range(parts)))
+    parts = 2 if follows else 1  # (pure Python at about a millisecond a draw; the mutation fails within a few)
+    counts = in_processes(count_two, [(guide_class, draws // parts, seed) for seed in range(parts)])
     if any(c is None for c in counts):
         assert not follows
         return

@@ -8,7 +8,7 @@ from edgespec.sampling import sample
 from edgespec.tree import (Tree, best_subtree, main_line, node_values, subtree, verify_tree_greedy, verify_tree_sampled,
                           without)
 from edgespec.verify import residual
-from stats_util import assert_follows, chi2_critical, chi2_stat
+from stats_util import assert_follows, chi2_critical, chi2_stat, in_processes
 
 
 def test_a_chain_is_a_tree_whose_parents_are_the_nodes_before():
@@ -100,10 +100,16 @@ JOINT = (P_ROOT[:, None] * P_NEXT).ravel()
 N = 60_000
 
 
+def first_two_counts(width, lookup, n, seed, verify=verify_tree_sampled, q_of=without):
+    """first_two's pairs counted, from a generator of its own seed (a part of a split simulation)."""
+    return np.bincount(first_two(width, lookup, n, np.random.default_rng(seed), verify, q_of), minlength=V * V)
+
+
 @pytest.mark.parametrize("width,lookup", [(1, False), (2, False), (3, False), (2, True), (4, True)])
 def test_tree_output_follows_the_target_two_positions_deep(width, lookup):
-    rng = np.random.default_rng(100 + width + 10 * lookup)
-    assert_follows(np.bincount(first_two(width, lookup, N, rng), minlength=V * V), JOINT)
+    seed = 100 + width + 10 * lookup
+    parts = in_processes(first_two_counts, [(width, lookup, N // 2, seed), (width, lookup, N - N // 2, seed + 1000)])
+    assert_follows(sum(parts), JOINT)
 
 
 def test_wider_trees_accept_more():
@@ -119,34 +125,40 @@ def test_wider_trees_accept_more():
     assert mean_accepted(3) > mean_accepted(1) + 0.1
 
 
+def _proposers_own_q(q, earlier):
+    """The mutation: a sibling verified against the proposer's q, not the renormalized one it was drawn from."""
+    return q
+
+
+def _against_p_itself(p, tree, rng):
+    """The mutation: each sibling tested against p itself, not the residual the rejected ones left."""
+    node, path = -1, []
+    while True:
+        for c in tree.children(node):
+            r = p[node + 1]
+            x, qc = tree.tokens[c], tree.q[c]
+            if rng.random() * (1.0 if qc is None else qc[x]) < r[x]:
+                path.append(c)
+                node = c
+                break
+        else:
+            return path, sample(residual(p[node + 1], tree.q[c], tree.tokens[c]) if tree.children(node)
+                                else p[node + 1], rng)
+
+
 def test_the_check_catches_siblings_that_carry_the_proposers_own_q():
     """Negative control: a sibling drawn without replacement but verified against the proposer's q (not the
     renormalized one it was drawn from) biases the output."""
-    rng = np.random.default_rng(11)
-    counts = np.bincount(first_two(3, False, N, rng, q_of=lambda q, earlier: q), minlength=V * V)
+    counts = sum(in_processes(first_two_counts, [(3, False, N // 2, 11, verify_tree_sampled, _proposers_own_q),
+                                                 (3, False, N - N // 2, 1011, verify_tree_sampled, _proposers_own_q)]))
     stat, df = chi2_stat(counts, JOINT)
     assert stat > chi2_critical(df)
 
 
 def test_the_check_catches_a_residual_not_carried_to_the_next_sibling():
     """Negative control: each sibling tested against p itself, not the residual the rejected ones left."""
-
-    def wrong(p, tree, rng):
-        node, path = -1, []
-        while True:
-            for c in tree.children(node):
-                r = p[node + 1]
-                x, qc = tree.tokens[c], tree.q[c]
-                if rng.random() * (1.0 if qc is None else qc[x]) < r[x]:
-                    path.append(c)
-                    node = c
-                    break
-            else:
-                return path, sample(residual(p[node + 1], tree.q[c], tree.tokens[c]) if tree.children(node)
-                                    else p[node + 1], rng)
-
-    rng = np.random.default_rng(12)
-    counts = np.bincount(first_two(3, True, N, rng, verify=wrong), minlength=V * V)
+    counts = sum(in_processes(first_two_counts, [(3, True, N // 2, 12, _against_p_itself),
+                                                 (3, True, N - N // 2, 1012, _against_p_itself)]))
     stat, df = chi2_stat(counts, JOINT)
     assert stat > chi2_critical(df)
 
