@@ -10,7 +10,8 @@ from 6 to 9 of 13 per token and 0 to 6 end to end with the recorded costs, 1 to 
 count mostly says which paths it took. Over the ensemble, per category and mode, the mean speed-up over plain (per
 token and end to end, each seed over its own plain); the hybrid's ratio to the better of the draft model and lookup
 (the better by their ensemble means), its mean over the seeds and two standard errors of that mean; and a category
-counted short only where the whole +-2 SE band lies under 0.98, level where it lies at or above, unclear otherwise.
+counted short only where the whole +-2 SE band lies under 0.98, level where it lies at or above, unclear otherwise;
+and the categories where the hybrid's mean is under 0.98x of plain (the issue's floor for a default).
 
     .venv/bin/python bench/replay_ensemble.py                       # 7 settings x 8 seeds, about 90 s alone
     .venv/bin/python bench/replay_ensemble.py --against HEAD        # HEAD's engine first, then this tree's: what moved
@@ -110,12 +111,19 @@ def counts(j: dict) -> str:
     return f"{v.count('level')} level, {v.count('unclear')} unclear, {v.count('short')} short of {len(v)}"
 
 
+def under_plain(j: dict) -> list[tuple[str, float]]:
+    """The categories where the hybrid's ensemble mean is under 0.98x of plain, with that mean."""
+    return [(c, x["hybrid"]) for c, x in j["categories"].items() if c != "overall" and x["hybrid"] < 0.98]
+
+
 def totals(summ: dict, field: str) -> str:
-    """Every setting's categories together: how many level, unclear, short, and the mean of the hybrid's ratios."""
+    """Every setting's categories together: how many level, unclear, short, the mean of the hybrid's ratios, and how
+    many are under 0.98x of plain."""
     cats = [x for by_field in summ.values() for c, x in by_field[field]["categories"].items() if c != "overall"]
     v = [x["verdict"] for x in cats]
+    under = sum(len(under_plain(by_field[field])) for by_field in summ.values())
     return (f"{v.count('level')} level, {v.count('unclear')} unclear, {v.count('short')} short of {len(v)}, "
-            f"mean ratio {statistics.mean(x['ratio'] for x in cats):.4f}")
+            f"mean ratio {statistics.mean(x['ratio'] for x in cats):.4f}, {under} under 0.98x of plain")
 
 
 def paired(after: dict, before: dict) -> tuple[float, float]:
@@ -162,6 +170,9 @@ def show(summ: dict, before: dict | None = None) -> None:
                     cell += f" (was {before[s][f]['categories'][c]['ratio']:.3f})"
                 cells.append(cell)
             print("    " + "; ".join(cells))
+            under = under_plain(j)
+            if under:  # (issue 11: no default below 0.98x of plain in any category)
+                print("    the hybrid under 0.98x of plain: " + ", ".join(f"{c} {v:.3f}x" for c, v in under))
     for f, label in (("speedup", "per token"), ("e2e", "end to end")):
         line = f"all settings, {label}: {totals(summ, f)}"
         if before:

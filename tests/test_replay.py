@@ -365,9 +365,14 @@ def test_replay_ensemble_tells_a_systematic_shortfall_from_a_path(tmp_path):
                     "hybrid": row({**{c: 2.0 * v[seed] for c, v in hybrid.items()}, "overall": 2.0})}
             (tmp_path / folder / f"toy-{seed}.json").write_text(json.dumps({"rows": rows}))
     write("after", hybrid_by_seed)
+    for seed in range(3):  # a second setting whose hybrid is under plain in one category: the floor's line
+        rows = {m: {c: {"speedup": v, "end_to_end_tok_s": v} for c, v in (("x", f), ("overall", f))}
+                for m, f in (("plain", 1.0), ("draft", 0.9), ("lookup", 0.95), ("hybrid", 0.96))}
+        (tmp_path / "after" / f"low-{seed}.json").write_text(json.dumps({"rows": rows}))
     out = subprocess.run([sys.executable, str(script), "--from", str(tmp_path)], capture_output=True, text=True,
                          check=True).stdout
     assert "toy (3 seeds)" in out and "1 level, 1 unclear, 1 short of 3" in out, out
+    assert out.count("the hybrid under 0.98x of plain: x 0.960x") == 2 and "1 under 0.98x of plain" in out, out
     assert "a 0.900+-0.000 short" in out and "b 1.003+-" in out and "c 0.980+-" in out and "unclear" in out, out
     assert "one replay alone: 1-2 within 2%" in out, out  # (seed 1: b and c; seeds 0 and 2: b, and c at 0.98)
     # against a run before it where b was 5% slower in every seed and c moved both ways: b up, paired seed by seed
