@@ -13,7 +13,7 @@ token and end to end, each seed over its own plain); the hybrid's ratio to the b
 counted short only where the whole +-2 SE band lies under 0.98, level where it lies at or above, unclear otherwise;
 and the categories where the hybrid's mean is under 0.98x of plain (the issue's floor for a default).
 
-    .venv/bin/python bench/replay_ensemble.py                       # 7 settings x 8 seeds, about 90 s alone
+    .venv/bin/python bench/replay_ensemble.py                       # 7 settings x 8 seeds, about 105 s alone
     .venv/bin/python bench/replay_ensemble.py --against HEAD        # HEAD's engine first, then this tree's: what moved
     .venv/bin/python bench/replay_ensemble.py --settings main-recorded,held-mb --seeds 16 --noise 0.05
 
