@@ -92,11 +92,22 @@ def _tuning(args, rec: Recording) -> Recording:
     return rec.tuned_on(Recording.load(args.tune_on)) if args.tune_on else rec
 
 
+def _items(rec: Recording, args) -> list:
+    """The prompts a replay runs, as `edgespec bench` chooses them (categories interleaved), or with --blocks one
+    category's after another's, in the order --category names them (else the recording's): a session that stays
+    with one kind of text, where what the policies carry from text to text is that kind's."""
+    items = workloads.select(rec.items(), args.category or None, args.limit, args.skip)
+    if args.blocks:
+        order = list(dict.fromkeys(args.category or [it.category for it in items]))
+        items = sorted(items, key=lambda it: order.index(it.category))  # (stable: each category's own order)
+    return items
+
+
 def do_trace(args) -> None:
     from trace import trace
 
     rec = _recording(args)
-    items = workloads.select(rec.items(), args.category or None, args.limit, args.skip)
+    items = _items(rec, args)
     clock = Clock(args.noise, args.seed, hiccups=args.hiccups, hiccup_s=args.hiccup_ms / 1000)
     target, draft = rec.curves(args.latency_ms, args.verify_slope, args.target_scale, args.draft_slope,
                                args.switch_ms)
@@ -128,7 +139,7 @@ def do_run(args) -> dict:
     rec = _recording(args)
     if args.max_tokens > rec.max_tokens:
         sys.exit(f"replay.py: the recording holds {rec.max_tokens} tokens per text; use -n {rec.max_tokens} or less")
-    items = workloads.select(rec.items(), args.category or None, args.limit, args.skip)
+    items = _items(rec, args)
     modes = benchmark.parse_modes(args.modes, True)
     if any("@" in m for m in modes):
         sys.exit("replay.py: a replay verifies chains only (no @W modes)")
@@ -192,6 +203,9 @@ def main() -> None:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("recording")
     add_prompt_args(common)
+    common.add_argument("--blocks", action="store_true", help="each category's prompts together, in the order "
+                        "--category names them (else the recording's), not interleaved: a session of one kind of "
+                        "text after another")
     common.add_argument("--draft-max", "-k", type=int, default=8)
     common.add_argument("--draft-p-min", type=float, default=0.0, help="as generate's (needs the draft's recorded "
                         "confidences)")

@@ -32,7 +32,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from replay_settings import ENSEMBLE, JUDGING, MORE, MODES, SETTINGS
+from replay_settings import ENSEMBLE, JUDGING, MORE, MODES, SESSIONS, SETTINGS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -187,7 +187,8 @@ def main() -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--settings", default=",".join(ENSEMBLE),
                     help=f"of {', '.join(ENSEMBLE)} (default: all of these), {', '.join(JUDGING)}, "
-                         f"{', '.join(MORE)}; 'third' and 'more' name those groups")
+                         f"{', '.join(MORE)}, {', '.join(SESSIONS)}; 'third', 'more' and 'sessions' name those "
+                         f"groups")
     ap.add_argument("--seeds", type=int, default=8)
     ap.add_argument("--noise", type=float, default=0.02, help="each decode's spread (lognormal), as replay run's")
     ap.add_argument("--against", metavar="REV", help="replay REV's engine first (a git worktree), then this tree's")
@@ -195,10 +196,10 @@ def main() -> None:
     ap.add_argument("--from", dest="from_dir", type=Path, help="reprint a kept run (its after/ and before/)")
     ap.add_argument("--jobs", type=int, default=2)
     args = ap.parse_args()
-    groups = {"third": list(JUDGING), "more": list(MORE)}
+    groups = {"third": list(JUDGING), "more": list(MORE), "sessions": list(SESSIONS)}
     settings = [x for s in args.settings.split(",") if s for x in groups.get(s, [s])]
     unknown = [s for s in settings if s not in SETTINGS]
-    once = [s for s in settings if s in SETTINGS and s not in ENSEMBLE + JUDGING + MORE]
+    once = [s for s in settings if s in SETTINGS and s not in ENSEMBLE + JUDGING + MORE + SESSIONS]
     if unknown or once:
         sys.exit(f"replay_ensemble: unknown setting {', '.join(unknown)}" if unknown else
                  f"replay_ensemble: {', '.join(once)} sets its own noise or modes: bench/replay_same.sh replays it")

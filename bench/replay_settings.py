@@ -18,6 +18,18 @@ THIRD = [f"{R}/replay-heldout3-memory.json", "--costs-from", f"{R}/replay-memory
 MEMORY_BOUND = ["--target-scale", "1.35", "--verify-slope", "0.12"]  # a target read from memory, like a laptop's
 FLAT = ["--verify-slope", "0.03"]  # verify rows almost free, as on a GPU
 MODES = "plain,draft,lookup,hybrid"  # (replay.py run's default adds draft:4)
+BUILT_IN = ["code_write", "code_edit", "summarise", "passage_qa", "math", "chat", "translate", "summarise_long", "rag",
+            "factual_qa", "writing", "extract", "multiturn"]  # the built-in categories, in the workload's order
+PROSE = ["translate", "writing", "chat"]  # where the draft model gains least (a session that begins with them)
+
+
+def _blocks(categories: list[str]) -> list[str]:
+    """A session: each category's prompts together, in this order (replay.py's --blocks)."""
+    return ["--blocks", *(x for c in categories for x in ("--category", c))]
+
+
+PROSE_FIRST = _blocks(PROSE + [c for c in BUILT_IN if c not in PROSE])
+REVERSED = _blocks(BUILT_IN[::-1])
 
 SETTINGS = {
     # the F16 pair on the built-in, held-out and unseen sets, at the recorded costs and memory-bound
@@ -32,6 +44,12 @@ SETTINGS = {
     "third-recorded": THIRD,
     "third-mb": [*THIRD, *MEMORY_BOUND],
     "third-flat": [*THIRD, *FLAT],
+    # sessions: the built-in set category by category, beginning with open writing, translation and chat (where
+    # the draft model gains least) or in the workload's order reversed; what carries from text to text is one kind's
+    "prose-first-recorded": [*MAIN, *PROSE_FIRST],
+    "prose-first-mb": [*MAIN, *MEMORY_BOUND, *PROSE_FIRST],
+    "prose-first-flat": [*MAIN, *FLAT, *PROSE_FIRST],
+    "reversed-recorded": [*MAIN, *REVERSED],
     # over a link, fresh processes, the unseen set at its own costs, no profile; SmolLM2 over a link
     "main-rpc2ms": [*MAIN, "--latency-ms", "2"],
     "main-fresh": [*MAIN, "--fresh"],
@@ -49,8 +67,9 @@ SETTINGS = {
 ENSEMBLE = ["main-recorded", "main-mb", "main-flat", "held-recorded", "held-mb", "unseen-recorded", "unseen-mb"]
 JUDGING = ["third-recorded", "third-mb", "third-flat"]
 MORE = ["main-rpc2ms", "main-fresh", "unseen-own", "held-noprofile-10ms", "smollm-switch"]
+SESSIONS = ["prose-first-recorded", "prose-first-mb", "prose-first-flat", "reversed-recorded"]
 SET_BY_ENSEMBLE = {"--noise", "--seed", "--modes"}  # options an ensemble gives every replay itself
-assert not any(SET_BY_ENSEMBLE & set(SETTINGS[s]) for s in ENSEMBLE + JUDGING + MORE)
+assert not any(SET_BY_ENSEMBLE & set(SETTINGS[s]) for s in ENSEMBLE + JUDGING + MORE + SESSIONS)
 
 if __name__ == "__main__":
     if len(sys.argv) != 2 or sys.argv[1] not in SETTINGS:

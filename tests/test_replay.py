@@ -260,6 +260,28 @@ def test_trace_fresh_starts_every_text_anew(recording):
     assert warm[False][0] and not any(warm[False][1:]), warm
 
 
+def test_blocks_replay_a_session_of_one_kind_after_another(recording, tmp_path):
+    """bench/replay.py --blocks: each category's prompts together, in the order --category names them (a session
+    that stays with one kind of text), where a replay otherwise interleaves them as `edgespec bench` does."""
+    import subprocess
+    import sys
+
+    data = json.loads(Path(recording.path).read_text())
+    data["texts"] = data["texts"] * 2  # two prompts a category
+    path = tmp_path / "twice.json"
+    path.write_text(json.dumps(data))
+    first, second = data["texts"][0]["category"], data["texts"][1]["category"]
+    script = Path(__file__).parent.parent / "bench" / "replay.py"
+    order = {}
+    for blocks in ([], ["--blocks"]):
+        out = subprocess.run([sys.executable, str(script), "trace", str(path), "--modes", "draft", "-n", "4",
+                              "--category", second, "--category", first, *blocks], capture_output=True, text=True,
+                             check=True).stdout
+        order[bool(blocks)] = [line.split()[0] for line in out.splitlines() if line.endswith(" prompt tokens")]
+    assert order[False] == [second, first, second, first]
+    assert order[True] == [second, second, first, first]
+
+
 def test_tune_on_the_built_in_prompts_profiles_a_recording_of_others(tiny_pair, recording, tmp_path):
     """bench/replay.py --tune-on: `tune` measures on another recording of the pair (the built-in prompts it
     measures on) under this one's costs, and writes the profile an engine of this recording reads, as for a user
