@@ -8,8 +8,8 @@ against 70-250 ms a target token, so a 64-token answer could never repay it (the
 hybrid 1.33x per generated token but 1.08x end to end, the prompt's reading included; passages 0.85x of plain end
 to end). Where reading does not pay, the text is decoded without this proposer (in a hybrid, prompt lookup goes on
 alone) unless it runs on long enough to repay the reading after all (read_late); the next text is judged afresh,
-and a draft model alone reads such a prompt all the same now and then, since only drafting updates the figures
-the verdict rests on (read_again).
+and a draft model reads such a prompt all the same now and then (alone sooner than behind lookup), since only
+drafting updates the figures the verdict rests on (read_again).
 Where the costs are not known yet (no profile, no prompt read so far), it reads, and so measures them.
 
 How many tokens a text will get is not known when its prompt is read; max_tokens is only the most (chat's default
@@ -30,6 +30,7 @@ ANSWER_WEIGHT = 0.1  # each answer's weight in the running mean of their lengths
 READ_AGAIN_SHARE = 0.1  # a draft model alone reads a skipped kind of prompt now and then where its reading costs at
 # most this share of what the text's expected tokens take plainly (Reading.read_again) ...
 READ_AGAIN_MOST = 16  # ... after 1, 2, 4 .. at most this many skipped texts in a row
+READ_AGAIN_CHAIN = 4  # ... in a chain (behind prompt lookup) after 4, 8, 16 (read_again)
 
 
 class Reading:
@@ -38,7 +39,8 @@ class Reading:
     _skip: str | None = None  # this text's prompt was not worth reading: why ("" once said); None: not skipped
     _saved = 0.0  # ... and the saving per token it was weighed against
     _skipped = 0  # texts in a row whose prompts were not read (and could have been read again: read_again)
-    _skip_wait = 1  # ... how many such texts go without before one is read all the same
+    _skip_wait: int | None = None  # ... how many such texts go without before one is read all the same (None:
+    # the first wait, read_again's)
 
     def expected_left(self, made: int, cap: int) -> int:
         """The tokens a text that has made `made` is expected still to get, at most cap (max_tokens, the context):
@@ -55,12 +57,13 @@ class Reading:
         per token against plain (the best K's expected cost, as decide() prices it), over `horizon` tokens (what the
         text is expected to get: expected_left). If not, the text goes on without this proposer: it stands aside
         (standing_aside) and decides nothing but a fallback until new_text(), or until read_late() says the text
-        has run on long enough to repay the reading. alone: this proposer is the only one (read_again)."""
+        has run on long enough to repay the reading. alone: this proposer is the only one, not a chain's part behind
+        prompt lookup (read_again waits less)."""
         saving = self._saving(n, adaptive)
         if saving is None or n * self.prompt_read_s < horizon * saving:
-            self._skipped, self._skip_wait = 0, 1
+            self._skipped, self._skip_wait = 0, None
             return True
-        if alone and self.read_again(n, horizon):
+        if self.read_again(n, horizon, 1 if alone else READ_AGAIN_CHAIN):
             return True
         self._saved = saving
         self._skip = (f"reading the prompt ({n} tokens, {n * self.prompt_read_s:.1f} s) would cost more than drafting "
@@ -68,26 +71,34 @@ class Reading:
                       f"({horizon * saving:.1f} s): without the draft model unless the text runs on")
         return False
 
-    def read_again(self, n: int, horizon: int) -> bool:
-        """A draft model alone, whose prompts were not worth reading: whether to read this one all the same. The
-        verdict rests on acceptance and outcomes that only drafting updates, so once it says no to short answers'
-        prompts it changes only where a prompt short enough to be read on the same figures comes along (read_late
-        needs a long text), however well the texts since would suit the draft. So after 1, 2, 4 .. READ_AGAIN_MOST
-        texts in a row without, one is read (as a fallback's wait ends in a probe), where its reading costs at most
-        READ_AGAIN_SHARE of what the text's expected tokens take plainly; a dearer prompt is left unread and not
-        counted. Replayed (F16 pair, recorded costs, 65 unseen prompts): the draft model went without in 32 texts,
-        in runs of up to 8 on figures that did not move (math and code writing among them), 1.049x of plain per
-        token and 1.005x end to end; reading again, 18 texts without, 1.103x and 1.018x. Not in a chain: there
-        prompt lookup goes on while the draft model stands aside, the saving the verdict weighs (against plain) is
-        already more than the draft adds to lookup, and reading again lost end to end (the hybrid 1.123x to 1.113x;
-        docs/performance.md)."""
+    def read_again(self, n: int, horizon: int, first: int = 1) -> bool:
+        """A proposer whose prompts were not worth reading: whether to read this one all the same. The verdict rests
+        on acceptance and outcomes that only drafting updates, so once it says no to short answers' prompts it
+        changes only where a prompt short enough to be read on the same figures comes along (read_late needs a long
+        text), however well the texts since would suit the draft. So after `first`, then twice as many .. at most
+        READ_AGAIN_MOST texts in a row without, one is read (as a fallback's wait ends in a probe), where its reading
+        costs at most READ_AGAIN_SHARE of what the text's expected tokens take plainly; a dearer prompt is left
+        unread and not counted. Replayed (F16 pair, recorded costs, 65 unseen prompts): a draft model alone went
+        without in 32 texts, in runs of up to 8 on figures that did not move (math and code writing among them),
+        1.049x of plain per token and 1.005x end to end; reading again after 1, 2, 4 .., 18 texts without, 1.103x
+        and 1.018x.
+
+        In a chain (first = READ_AGAIN_CHAIN: after 4, 8, 16) prompt lookup goes on while the draft model stands
+        aside, and reading again cost end to end where the replays' prompts change kind from text to text (after 1
+        text, the hybrid 1.123x to 1.113x; docs/performance.md, 2026-12-05, night). But a session that begins with
+        texts the draft model fails on locked it out for good: the first translation's failed rounds
+        left its outcomes at x1.33, and on that figure no later prompt, 16-token chats and code included, was worth
+        reading (replayed, a flat verify curve, translation, writing and chat first, then the rest: the hybrid
+        1.41x, lookup's own 1.41x, against the draft model's 1.49x; reading again after 4 texts, 1.72x;
+        docs/performance.md, 2026-12-07)."""
         plain = self.cost.t_verify(1)
         if not plain or n * self.prompt_read_s > READ_AGAIN_SHARE * horizon * plain:
             return False
         self._skipped += 1
-        if self._skipped <= self._skip_wait:
+        wait = self._skip_wait or first
+        if self._skipped <= wait:
             return False
-        self._skipped, self._skip_wait = 0, min(2 * self._skip_wait, READ_AGAIN_MOST)
+        self._skipped, self._skip_wait = 0, min(2 * wait, READ_AGAIN_MOST)
         return True
 
     @property

@@ -1135,13 +1135,14 @@ def test_a_prompt_is_read_only_where_drafting_can_repay_the_reading():
     assert behind.reading_pays(50, 64) and not behind.standing_aside()
 
 
-def test_a_draft_model_alone_reads_a_skipped_kind_of_prompt_again_now_and_then(monkeypatch):
+def test_a_draft_model_reads_a_skipped_kind_of_prompt_again_now_and_then(monkeypatch):
     """Reading.read_again: the verdict that a prompt is not worth reading rests on acceptance that only drafting
     updates, so a draft model alone reads one all the same after 1, 2, 4 .. READ_AGAIN_MOST texts in a row without,
-    where the reading costs at most READ_AGAIN_SHARE of the text's tokens taken plainly; in a chain (alone=False)
-    never; a dearer prompt is not counted; a verdict that pays starts the count again. Made-up costs: a plain token
-    100 ms, 5 ms saved per token, a prompt token read in 10 ms: over 64 tokens 31 are repaid, 64 cheap enough."""
-    from edgespec.reading import READ_AGAIN_MOST, READ_AGAIN_SHARE
+    where the reading costs at most READ_AGAIN_SHARE of the text's tokens taken plainly; in a chain (alone=False,
+    behind prompt lookup) after READ_AGAIN_CHAIN, then twice as many; a dearer prompt is not counted; a verdict that
+    pays starts the count again. Made-up costs: a plain token 100 ms, 5 ms saved per token, a prompt token read in
+    10 ms: over 64 tokens 31 are repaid, 64 cheap enough."""
+    from edgespec.reading import READ_AGAIN_CHAIN, READ_AGAIN_MOST, READ_AGAIN_SHARE
 
     cost = model({m: 0.1 + 0.01 * (m - 1) for m in range(1, 18)}, 0.005, [0.8] * 16)
     monkeypatch.setattr(cost, "best_k", lambda k: (2, 0.095))
@@ -1154,8 +1155,6 @@ def test_a_draft_model_alone_reads_a_skipped_kind_of_prompt_again_now_and_then(m
         read.append(d.reading_pays(40, 64, alone=True))
     assert [i for i, r in enumerate(read) if r] == [1, 4, 9, 18, 35, 52]  # after 1, 2, 4, 8, 16, 16 without
     assert d.unread  # (a text without: the fallback says why, as before)
-    d.new_text()
-    assert not d.reading_pays(40, 64)  # in a chain: never
     for _ in range(40):
         d.new_text()
         assert not d.reading_pays(100, 64, alone=True)  # dear: never, and not counted
@@ -1165,6 +1164,20 @@ def test_a_draft_model_alone_reads_a_skipped_kind_of_prompt_again_now_and_then(m
     assert not d.reading_pays(40, 64, alone=True)
     d.new_text()
     assert d.reading_pays(40, 64, alone=True)
+    chain = DraftLength(8, adaptive=True, cost=cost)
+    chain.prompt_read_s = 0.01
+    read = []
+    for _ in range(50):
+        chain.new_text()
+        read.append(chain.reading_pays(40, 64))
+    assert READ_AGAIN_CHAIN == 4 and [i for i, r in enumerate(read) if r] == [4, 13, 30, 47]  # 4, 8, 16, 16 without
+    chain.new_text()
+    assert chain.reading_pays(30, 64)  # a verdict that pays: the next wait is READ_AGAIN_CHAIN again
+    read = []
+    for _ in range(6):
+        chain.new_text()
+        read.append(chain.reading_pays(40, 64))
+    assert [i for i, r in enumerate(read) if r] == [4]
 
 
 def test_a_prompt_is_weighed_over_the_answers_expected_length_and_read_late_where_the_text_runs_on():
