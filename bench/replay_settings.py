@@ -44,7 +44,7 @@ SETTINGS = {
     "third-recorded": THIRD,
     "third-mb": [*THIRD, *MEMORY_BOUND],
     "third-flat": [*THIRD, *FLAT],
-    # sessions: the built-in set category by category, beginning with open writing, translation and chat (where
+    # sessions: the built-in set category by category, beginning with translation, open writing and chat (where
     # the draft model gains least) or in the workload's order reversed; what carries from text to text is one kind's
     "prose-first-recorded": [*MAIN, *PROSE_FIRST],
     "prose-first-mb": [*MAIN, *MEMORY_BOUND, *PROSE_FIRST],

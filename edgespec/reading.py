@@ -27,7 +27,7 @@ from __future__ import annotations
 
 ANSWER_FLOOR = 128  # tokens an answer is expected to get at least (before any has ended: this many)
 ANSWER_WEIGHT = 0.1  # each answer's weight in the running mean of their lengths
-READ_AGAIN_SHARE = 0.1  # a draft model alone reads a skipped kind of prompt now and then where its reading costs at
+READ_AGAIN_SHARE = 0.1  # a draft model reads a skipped kind of prompt now and then where its reading costs at
 # most this share of what the text's expected tokens take plainly (Reading.read_again) ...
 READ_AGAIN_MOST = 16  # ... after 1, 2, 4 .. at most this many skipped texts in a row
 READ_AGAIN_CHAIN = 4  # ... in a chain (behind prompt lookup) after 4, 8, 16 (read_again)
