@@ -7,7 +7,9 @@ another revision's engine).
 """
 from __future__ import annotations
 
+import json
 import sys
+from pathlib import Path
 
 R = "bench/results"
 MAIN = [f"{R}/replay-memory.json", "--tune", "--skip", "1"]  # the built-in set, tune on each category's first prompt
@@ -18,8 +20,9 @@ THIRD = [f"{R}/replay-heldout3-memory.json", "--costs-from", f"{R}/replay-memory
 MEMORY_BOUND = ["--target-scale", "1.35", "--verify-slope", "0.12"]  # a target read from memory, like a laptop's
 FLAT = ["--verify-slope", "0.03"]  # verify rows almost free, as on a GPU
 MODES = "plain,draft,lookup,hybrid"  # (replay.py run's default adds draft:4)
-BUILT_IN = ["code_write", "code_edit", "summarise", "passage_qa", "math", "chat", "translate", "summarise_long", "rag",
-            "factual_qa", "writing", "extract", "multiturn"]  # the built-in categories, in the workload's order
+# the built-in categories in the workload's order (the recordings of MAIN are of that workload)
+BUILT_IN = list(dict.fromkeys(o["category"] for o in json.loads(
+    (Path(__file__).resolve().parent.parent / "edgespec" / "workloads.json").read_text())))
 PROSE = ["translate", "writing", "chat"]  # where the draft model gains least (a session that begins with them)
 
 
