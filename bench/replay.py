@@ -213,7 +213,8 @@ def main() -> None:
     common.add_argument("--tune-on", metavar="RECORDING", help="with --tune: measure on another recording of the "
                         "same pair (the built-in prompts), under this one's costs; then the replay runs every prompt "
                         "of this one (no --skip needed)")
-    common.add_argument("--tune-seconds", type=float, default=90.0)
+    # (`edgespec tune`'s 110 s in all, less the ~10 s this machine takes to load the F16 pair)
+    common.add_argument("--tune-seconds", type=float, default=100.0)
     common.add_argument("--noise", type=float, default=0.0)
     common.add_argument("--seed", type=int, default=0)
     common.add_argument("--hiccups", type=float, default=0.0, help="hold-ups per second of decoding (another "

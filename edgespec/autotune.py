@@ -1,7 +1,7 @@
 """`edgespec tune`: a bounded measurement of a target (and its draft) on this machine, kept as the model's profile.
 
 It times the verify curve T_v(m), runs plain decoding, the draft model at fixed lengths and prompt lookup on a
-sample of the built-in prompts (one per category, interleaved, until the time budget is spent), and derives the
+sample of the built-in prompts (one per category, as many as end within the time budget), and derives the
 break-even rule in numbers: a round of K drafts costs T(K) = T_v(K+1) + T_d(K) and yields E[N_K] tokens, so it
 pays only while T(K) < E[N_K] x T_plain; the draft's budget per round is E[N_K] x T_plain - T_v(K+1). The profile
 is written once, at the end: an interrupted run leaves nothing behind.
@@ -72,10 +72,13 @@ class Tuned:
     back_s: dict[int, float] = field(default_factory=dict)  # over a link: a plain step after m rows, its extra
     breakeven: list[BreakEven] = field(default_factory=list)
     path: Path | None = None
+    offered: int = 0  # the sample's prompts that fit the context (one per category); rows has those measured in time
 
 
-def tune(engine: Engine, budget_s: float = 90.0, max_tokens: int = 48, lookup: bool = True,
+def tune(engine: Engine, budget_s: float = 100.0, max_tokens: int = 48, lookup: bool = True,
          progress: Callable[[int, int, str], None] | None = None, save: bool = True) -> Tuned:
+    """budget_s: the whole measurement, warm-up and verify curves included, ends within about this (at least one
+    prompt is measured however long it takes)."""
     draft = benchmark.draft_of(engine)
     modes = ["plain"] + ([f"draft:{k}" for k in FIXED_KS if k <= engine.draft_max] if draft else []) + \
         (["lookup"] if lookup or draft is None else [])
@@ -86,7 +89,8 @@ def tune(engine: Engine, budget_s: float = 90.0, max_tokens: int = 48, lookup: b
         raise KeyboardInterrupt  # a profile from part of the run is not what tune promises: write nothing
     rows = rep.rows()
     measured = {m: r["overall"]["ms_per_token"] / 1000 for m, r in rows.items()}
-    out = Tuned(rep.verify_curve, measured, choose(measured), rows, back_s=engine.back_curve)
+    out = Tuned(rep.verify_curve, measured, choose(measured), rows, back_s=engine.back_curve,
+                offered=len(items) - len(rep.skipped))
     cost = CostModel(verify_s=dict(rep.verify_curve), back=WayBack(dict(out.back_s)))
     if draft is not None:
         longest = max((m for m in rows if m.startswith("draft:")), key=lambda m: int(m[6:]))

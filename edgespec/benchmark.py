@@ -274,25 +274,50 @@ def progress_line(it: Item, results: dict) -> str:
     return f"{it.category}: plain {plain_ms:.0f} ms/token; {line}"
 
 
+class _Pace:
+    """How long the next item is expected to take, from the items measured: the modes' reading of a prompt (to the
+    first token) per prompt token, and the longest of their decoding after it (answers run to max_tokens alike)."""
+
+    def __init__(self) -> None:
+        self.read_s = self.decode_s = 0.0
+        self.prompt_tokens = 0
+
+    def add(self, n_prompt: int, results: dict) -> None:
+        firsts = [wall if first is None else first for _, wall, first in results.values()]
+        self.read_s += sum(firsts)
+        self.prompt_tokens += n_prompt
+        self.decode_s = max(self.decode_s, sum(wall for _, wall, _ in results.values()) - sum(firsts))
+
+    def expect(self, n_prompt: int) -> float:
+        return self.decode_s + self.read_s * n_prompt / max(self.prompt_tokens, 1)
+
+
 def run(engine: Engine, modes: Sequence[str], items: Sequence[Item], max_tokens: int = 64, repeats: int = 1,
         progress: Callable[[int, int, str], None] | None = None, diverged: Callable | None = None,
         budget_s: float | None = None, calibrations: int = 1, use_profile: bool = True, fresh: bool = False) -> Report:
     """Measure every mode on every item, `repeats` times; progress(done, total, line) after each item.
     diverged(item, tokens, plain, other, mode): called where a mode's greedy output differs from plain's (a note).
-    budget_s: stop after the item that spends it. Ctrl-C after an item has finished returns the report so far, with
-    `interrupted` set (before that, it propagates). The verify curve is timed here (the median of `calibrations`);
-    use_profile: the adaptive modes start from what `edgespec tune` measured for their draft, as a new process would.
-    fresh: every item starts from new proposers and policies (the profile's figures only): each is a first prompt.
+    budget_s: the run, warm-up and verify curve included, ends within about this: an item starts only where it is
+    expected to end in time (_Pace), the first always. Ctrl-C after an item has finished returns the report so far,
+    with `interrupted` set (before that, it propagates). The verify curve is timed here (the median of
+    `calibrations`); use_profile: the adaptive modes start from what `edgespec tune` measured for their draft, as a
+    new process would. fresh: every item starts from new proposers and policies (the profile's figures only): each
+    is a first prompt.
     """
+    t0 = time.perf_counter()
     session = Session(engine, modes, list(dict.fromkeys(it.category for it in items)), max_tokens, calibrations,
                       use_profile, fresh, diverged)
-    total, t0 = len(items) * repeats, time.perf_counter()
+    total, pace = len(items) * repeats, _Pace()
     try:
         for rep in range(repeats):
             for i, it in enumerate(items):
-                if budget_s is not None and session.done and time.perf_counter() - t0 > budget_s:
+                n_prompt = len(it.tokens(engine)) if budget_s is not None else 0
+                if budget_s is not None and session.done and \
+                        time.perf_counter() + pace.expect(n_prompt) - t0 > budget_s:
                     break
                 results = session.measure(it, rep, i + rep)
+                if results is not None:
+                    pace.add(n_prompt, results)
                 if progress is not None and results is not None:
                     progress(session.done, total, progress_line(it, results))
     except KeyboardInterrupt:

@@ -185,8 +185,9 @@ def _show_saved(path: str, plot_path: str | None) -> None:
 @click.command("tune")
 @model_options
 @click.option("--lookup/--no-lookup", default=True, show_default=True, help="Also measure prompt lookup.")
-@click.option("--seconds", default=90, show_default=True, type=click.IntRange(min=5),
-              help="Time for the prompt runs (loading and the verify curve come on top).")
+@click.option("--seconds", default=110, show_default=True, type=click.IntRange(min=5),
+              help="The whole run, loading included, ends within about this: a prompt starts only where it is "
+              "expected to end in time (one is always measured).")
 @click.option("--max-tokens", "-n", default=48, show_default=True, type=click.IntRange(min=8))
 def tune(lookup, seconds, max_tokens, **opts) -> None:
     """Measure this machine with a model (and its draft) and keep it as the model's profile.
@@ -199,18 +200,21 @@ def tune(lookup, seconds, max_tokens, **opts) -> None:
 
     from . import autotune
 
+    t0 = time.perf_counter()
     engine, model, draft = _load(opts)
     name = Path(model).name + (f" + {Path(draft).name}" if draft else "")
-    click.echo(f"edgespec tune: {name}, {engine.target.n_threads} threads, about {seconds} s of prompts", err=True)
-    bar = click.progressbar(length=13, label="measuring", file=sys.stderr, show_eta=False)
+    click.echo(f"edgespec tune: {name}, {engine.target.n_threads} threads, within about {seconds} s", err=True)
+    bar = click.progressbar(length=seconds, label="measuring (seconds)", file=sys.stderr, show_eta=False, show_percent=False,
+                            show_pos=True)
 
-    def progress(done, total, line):
-        bar.length = total
-        bar.update(1)
+    def progress(done, total, line):  # (the bar counts seconds of the budget: prompts differ in length)
+        bar.update(min(seconds, int(time.perf_counter() - t0)) - bar.pos)
 
     try:
         with bar:
-            tuned = autotune.tune(engine, seconds, max_tokens, lookup, progress)
+            bar.update(int(time.perf_counter() - t0))
+            tuned = autotune.tune(engine, seconds - (time.perf_counter() - t0), max_tokens, lookup, progress)
+            bar.update(seconds - bar.pos)
     finally:
         engine.close(remember=False)
         for note in engine.notes:
@@ -227,7 +231,10 @@ def _print_tuned(t) -> None:
         click.echo("the way back, a plain step right after m rows (ms more; in T_v(K+1) below): " + "  ".join(
             f"{m}:{1000 * s:.1f}" for m, s in sorted(t.back_s.items())))
     n = t.rows["plain"]["overall"]["prompts"]
-    click.echo(f"\nmeasured on {n} prompts (one per category), greedy:")
+    kinds = ", ".join(c for c in t.rows["plain"] if c != "overall")
+    more = f"; of {t.offered}, the rest left for want of time: a larger --seconds measures more kinds of prompt" \
+        if n < t.offered else ""
+    click.echo(f"\nmeasured on {n} prompt{'s' if n != 1 else ''}, one per category ({kinds}{more}), greedy:")
     for mode, r in t.rows.items():
         o = r["overall"]
         acc = " ".join(f"{a:.2f}" for a in o["acceptance_by_position"][:8])

@@ -256,7 +256,7 @@ def test_break_even_in_numbers():
 
 def test_tune_writes_a_profile_the_next_engine_starts_from(tiny_pair, profiles):
     with edgespec.Engine.load(tiny_pair[0], draft=tiny_pair[1], n_ctx=4096, n_threads=2, draft_max=4) as e:
-        t = autotune.tune(e, budget_s=0.5, max_tokens=12)
+        t = autotune.tune(e, budget_s=2, max_tokens=12)
     assert t.path is not None and t.path.parent == profiles
     assert set(t.measured) == {"plain", "draft:2", "draft:4", "lookup"} and t.choice in t.measured
     assert t.draft_entry["reached"] and t.decision
@@ -277,7 +277,7 @@ def test_tune_writes_a_profile_the_next_engine_starts_from(tiny_pair, profiles):
     data["proposers"][t.draft_name]["answer_tokens"] = 40.0
     t.path.write_text(json.dumps(data))
     with edgespec.Engine.load(tiny_pair[0], draft=tiny_pair[1], n_ctx=4096, n_threads=2, draft_max=4) as e:
-        again = autotune.tune(e, budget_s=0.5, max_tokens=12)
+        again = autotune.tune(e, budget_s=2, max_tokens=12)
     assert "answer_tokens" not in again.draft_entry
     assert profile.load(profile.key(str(tiny_pair[0]), 2, 0)).proposers[t.draft_name]["answer_tokens"] == 40.0
 
@@ -315,6 +315,18 @@ def test_tune_says_what_the_way_back_from_a_verify_costs_where_it_timed_one(caps
                                 back_s={2: 0.0046, 16: 0.0128}))
     assert "the way back, a plain step right after m rows (ms more; in T_v(K+1) below): 2:4.6  16:12.8" in \
         capsys.readouterr().out
+
+
+def test_tune_says_which_kinds_of_prompt_its_time_allowed(capsys):
+    from edgespec.measure_cli import _print_tuned
+
+    row = {"prompts": 2, "ms_per_token": 18.0, "acceptance_by_position": []}
+    plain = {"code_write": {**row, "prompts": 1}, "code_edit": {**row, "prompts": 1}, "overall": row}
+    _print_tuned(autotune.Tuned({1: 0.018}, {"plain": 0.018}, "plain", {"plain": plain}, offered=13))
+    assert "measured on 2 prompts, one per category (code_write, code_edit; of 13, the rest left for want of time: " \
+        "a larger --seconds measures more kinds of prompt)" in capsys.readouterr().out
+    _print_tuned(autotune.Tuned({1: 0.018}, {"plain": 0.018}, "plain", {"plain": plain}, offered=2))
+    assert "measured on 2 prompts, one per category (code_write, code_edit), greedy:" in capsys.readouterr().out
 
 
 def test_ctrl_c_keeps_what_bench_measured(tiny_pair):

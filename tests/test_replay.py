@@ -432,3 +432,28 @@ def test_replay_ensemble_stops_on_ctrl_c_with_one_line(tmp_path):
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and err.strip().count("\n") == 0 and "interrupted" in err, (out, err)
     assert len(list((tmp_path / "after").glob("*.json"))) < 8
+
+
+def test_tune_ends_within_its_time(recording):
+    """A prompt starts only where it is expected to end in time: `edgespec tune` keeps to its budget (the issue's
+    two minutes), the warm-up and verify curves included, rather than starting a prompt at its last second."""
+    def tune(budget_s):
+        clock = Clock(0.0, seed=1)
+        target, draft = recording.curves()
+        with virtual_time(clock):
+            engine = recording.engine(clock, target, draft)
+            t0 = clock.now()
+            t = autotune.tune(engine, budget_s, N, save=False)
+            spent = clock.now() - t0
+            engine.close(remember=False)
+        return t.rows["plain"]["overall"]["prompts"], spent
+
+    n_all, whole = tune(1e9)
+    assert n_all == len(workloads.select(workloads.builtin(), limit=1))
+    counts = []
+    for share in (0.2, 0.4, 0.6, 0.8, 0.95):
+        n, spent = tune(share * whole)
+        assert spent <= share * whole and n < n_all  # (the last item is not started late)
+        counts.append(n)
+    assert counts[0] >= 2 and counts == sorted(counts) and counts[-1] >= 0.8 * n_all  # (and the time is used)
+    assert tune(0.0)[0] == 1  # one prompt whatever the budget: a profile needs a sample
