@@ -59,6 +59,36 @@ def break_even(cost: CostModel, k_max: int) -> list[BreakEven]:
             for k in range(1, k_max + 1) if cost.t_draft(k) is not None]
 
 
+def lookup_decision(cost: CostModel, entry: dict, k: int) -> str:
+    """What prompt lookup will do from its measured acceptance by kind of proposal (the match's length, and whether it
+    copies the prompt or the answer so far): how many of a match's next tokens it verifies, at this verify curve
+    (Splits.keep, as a chain's round asks it: a match declined is still compared with what the target then writes)."""
+    policy = DraftLength(k, True, cost)
+    policy.seed(entry)
+    kinds = sorted((int(key.split(":")[1]), key.endswith(":own"), key) for key in entry.get("by_key", {})
+                   if key.startswith("lookup:") and key.split(":")[1] != "0")
+    if not kinds:
+        return "prompt lookup: no match was tested on this sample; it learns from the text at hand"
+    kept = [(n, own, policy.keep(k, key, recheck_every=0)) for n, own, key in kinds]
+
+    def where(n: int, own: bool) -> str:
+        return f"a match of {n} in the {'answer so far' if own else 'prompt'}"
+
+    order = sorted(kept, key=lambda x: (x[1], -x[0]))
+    said = [f"{e} token{'s' if e != 1 else ''} after {where(n, own)}" for n, own, e in order if e]
+    declined = [where(n, own) for n, own, e in order if not e]
+    ratio = cost.t_verify(2) / cost.t_verify(1)
+    if not said:
+        return (f"prompt lookup: no match seen on this sample is expected to pay at this verify curve (two rows "
+                f"{ratio:.2f}x one): plain steps, while what the matches offer is compared with what the target "
+                f"writes, to learn again")
+    out = "prompt lookup: verifies up to " + ", ".join(said)
+    if declined:
+        out += f"; a plain step after {', '.join(declined)} (what it offers is compared with what the target writes, " \
+               "to learn again)"
+    return out + "; other kinds of match, unseen here, by what the text shows"
+
+
 @dataclass
 class Tuned:
     verify_s: dict[int, float]
@@ -69,6 +99,7 @@ class Tuned:
     draft_name: str | None = None
     lookup_entry: dict | None = None
     decision: str = ""  # what the engine's adaptive policy will do from this profile
+    lookup_decision: str = ""  # ... and prompt lookup's, where it was measured
     back_s: dict[int, float] = field(default_factory=dict)  # over a link: a plain step after m rows, its extra
     breakeven: list[BreakEven] = field(default_factory=list)
     path: Path | None = None
@@ -119,6 +150,8 @@ def tune(engine: Engine, budget_s: float = 100.0, max_tokens: int = 48, lookup: 
     if "lookup" in rep.policies:  # its acceptance by match length, for the next process's first rounds
         (lookup_policy,) = rep.policies["lookup"]
         out.lookup_entry = lookup_policy.learned()
+        out.lookup_decision = lookup_decision(CostModel(verify_s=dict(rep.verify_curve), back=WayBack(dict(out.back_s))),
+                                              out.lookup_entry, engine.draft_max)
     if save:
         key = profile.key_of(engine.model, engine.target.n_threads)
         old = profile.load(key)

@@ -261,4 +261,9 @@ def _print_tuned(t) -> None:
     click.echo(f"\nfastest on this sample: {verdict}")
     if t.decision:
         click.echo(f"the engine will start with: {t.decision}")
+    if t.lookup_decision:
+        click.echo(f"{'and with ' if t.decision else 'the engine will start with: '}{t.lookup_decision}")
+        if t.decision:
+            click.echo("(the hybrid, draft model and prompt lookup together, plans each round between them by "
+                       "expected time per token: lookup's continuation, the draft model's tokens, both, or a plain step)")
     click.echo(f"profile: {t.path}" if t.path else "profile: not written (the cache directory is not writable)")

@@ -254,6 +254,24 @@ def test_break_even_in_numbers():
     assert k == min(range(1, 5), key=lambda j: (cost.cost_per_token(j), j))
 
 
+def test_tune_says_what_prompt_lookup_will_verify():
+    def entry(**rates):  # kind -> the share of its first tokens that passed (and of each later one, given those)
+        counts = {key.replace("_", ":"): {"reached": [20.0, 20.0 * a, 20.0 * a * a], "accepted": [20.0 * a, 20.0 * a * a,
+                                                                                            20.0 * a ** 3]}
+                  for key, a in rates.items()}
+        return {"draft_round_s": {3: 1e-6}, "reached": [1.0], "accepted": [1.0], "by_key": counts}
+
+    curve = CostModel(verify_s={1: 0.100, 2: 0.130, 3: 0.150, 4: 0.170})  # a row 0.2-0.3 of a step
+    said = autotune.lookup_decision(curve, entry(lookup_4=0.9, lookup_2=0.05, lookup_3_own=0.8), 3)
+    assert said.startswith("prompt lookup: verifies up to 3 tokens after a match of 4 in the prompt, ") and \
+        "after a match of 3 in the answer so far" in said and said.count("of 2") == 1 and \
+        "; a plain step after a match of 2 in the prompt (what it offers is compared" in said
+    steep = CostModel(verify_s={1: 0.100, 2: 0.200, 3: 0.300, 4: 0.400})  # a second row costs a step: nothing pays
+    assert "no match seen on this sample is expected to pay at this verify curve (two rows 2.00x one)" in \
+        autotune.lookup_decision(steep, entry(lookup_4=0.9), 3)
+    assert "no match was tested" in autotune.lookup_decision(curve, entry(), 3)
+
+
 def test_tune_writes_a_profile_the_next_engine_starts_from(tiny_pair, profiles):
     with edgespec.Engine.load(tiny_pair[0], draft=tiny_pair[1], n_ctx=4096, n_threads=2, draft_max=4) as e:
         t = autotune.tune(e, budget_s=2, max_tokens=12)
@@ -301,7 +319,7 @@ def test_tune_command(tiny_pair, tmp_path):
             env=env)
     assert r.returncode == 0, r.stderr
     for says in ("verify cost T_v(m)", "break-even", "E[N_K] x T_plain", "draft budget", "the engine will start with",
-                 "profile: "):
+                 "and with prompt lookup: ", "the hybrid, draft model and prompt lookup together", "profile: "):
         assert says in r.stdout
     assert len(list((tmp_path / "p").glob("*.json"))) == 1
     assert "the way back" not in r.stdout  # (only over rpc-servers)
