@@ -92,6 +92,15 @@ def _tuning(args, rec: Recording) -> Recording:
     return rec.tuned_on(Recording.load(args.tune_on)) if args.tune_on else rec
 
 
+def _tune(args, rec: Recording, engine):
+    """`edgespec tune` on the replay's engine: on one built-in prompt of each category, or with --tune-workload on the
+    tuning recording's prompts of those categories (`tune --workload`: a user's own kind of text)."""
+    items = None
+    if args.tune_workload:
+        items = workloads.select(_tuning(args, rec).items(), args.tune_workload)
+    return autotune.tune(engine, args.tune_seconds, 48, True, None, items=items)
+
+
 def _items(rec: Recording, args) -> list:
     """The prompts a replay runs, as `edgespec bench` chooses them (categories interleaved), or with --blocks one
     category's after another's, in the order --category names them (else the recording's): a session that stays
@@ -114,7 +123,7 @@ def do_trace(args) -> None:
     with virtual_time(clock):
         if args.tune:
             engine = _tuning(args, rec).engine(clock, target, draft, draft_max=args.draft_max)  # (as tune's: no floor)
-            autotune.tune(engine, args.tune_seconds, 48, True, None)
+            _tune(args, rec, engine)
             engine.close(remember=False)
         engine = rec.engine(clock, target, draft, draft_max=args.draft_max, draft_p_min=args.draft_p_min)
         strategies = benchmark.Strategies(engine)
@@ -150,7 +159,7 @@ def do_run(args) -> dict:
         # edgespec tune has no confidence floor: it times the draft's rounds whole (a floor would cut its fixed-K
         # rounds short, and the profile would price K = 8 at the cost of the rounds the floor ended early)
         engine = _tuning(args, rec).engine(clock, target, draft, draft_max=args.draft_max)
-        tuned = autotune.tune(engine, args.tune_seconds, 48, True, None) if args.tune else None
+        tuned = _tune(args, rec, engine) if args.tune else None
         engine.close(remember=False)
         # a new process, the profile on disk
         engine = rec.engine(clock, target, draft, draft_max=args.draft_max, draft_p_min=args.draft_p_min)
@@ -213,6 +222,9 @@ def main() -> None:
     common.add_argument("--tune-on", metavar="RECORDING", help="with --tune: measure on another recording of the "
                         "same pair (the built-in prompts), under this one's costs; then the replay runs every prompt "
                         "of this one (no --skip needed)")
+    common.add_argument("--tune-workload", metavar="CATEGORY", action="append", help="with --tune: measure on all "
+                        "the tuning recording's prompts of this category (repeatable), as `tune --workload` on a "
+                        "user's own kind of text, in place of one built-in prompt of each category")
     # (`edgespec tune`'s 110 s in all, less the ~10 s this machine takes to load the F16 pair)
     common.add_argument("--tune-seconds", type=float, default=100.0)
     common.add_argument("--noise", type=float, default=0.0)
@@ -254,6 +266,8 @@ def main() -> None:
         ap.error(f"{', '.join(negative)} must be 0 or more")
     if getattr(args, "tune_on", None) and not args.tune:
         ap.error("--tune-on RECORDING goes with --tune")
+    if getattr(args, "tune_workload", None) and not args.tune:
+        ap.error("--tune-workload CATEGORY goes with --tune")
     t0 = time.time()
     try:
         args.func(args)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from . import benchmark, profile, workloads
 from .costs import WayBack
@@ -107,13 +107,15 @@ class Tuned:
 
 
 def tune(engine: Engine, budget_s: float = 100.0, max_tokens: int = 48, lookup: bool = True,
-         progress: Callable[[int, int, str], None] | None = None, save: bool = True) -> Tuned:
+         progress: Callable[[int, int, str], None] | None = None, save: bool = True,
+         items: Sequence[workloads.Item] | None = None) -> Tuned:
     """budget_s: the whole measurement, warm-up and verify curves included, ends within about this (at least one
-    prompt is measured however long it takes)."""
+    prompt is measured however long it takes). items: the prompts, in order (default: the first built-in prompt of
+    each category, categories interleaved)."""
     draft = benchmark.draft_of(engine)
     modes = ["plain"] + ([f"draft:{k}" for k in FIXED_KS if k <= engine.draft_max] if draft else []) + \
         (["lookup"] if lookup or draft is None else [])
-    items = workloads.select(workloads.builtin(), limit=1)
+    items = workloads.select(workloads.builtin(), limit=1) if items is None else list(items)
     rep = benchmark.run(engine, modes, items, max_tokens, progress=progress, budget_s=budget_s, calibrations=3,
                         use_profile=False)
     if rep.interrupted:

@@ -189,18 +189,22 @@ def _show_saved(path: str, plot_path: str | None) -> None:
               help="The whole run, loading included, ends within about this: a prompt starts only where it is "
               "expected to end in time (one is always measured).")
 @click.option("--max-tokens", "-n", default=48, show_default=True, type=click.IntRange(min=8))
-def tune(lookup, seconds, max_tokens, **opts) -> None:
+@click.option("--workload", metavar="JSONL", help="Measure on your prompts (as `edgespec bench --workload` reads "
+              "them; categories interleaved, as many as the time allows) rather than one built-in prompt of each "
+              "category: the profile then starts every process from what your kind of text showed.")
+def tune(lookup, seconds, max_tokens, workload, **opts) -> None:
     """Measure this machine with a model (and its draft) and keep it as the model's profile.
 
     Times the target's verify curve, runs plain decoding, the draft at K = 2, 4, 8 and prompt lookup on built-in
-    prompts, prints the break-even rule in numbers and what the engine will do, and writes the profile that
+    prompts (or yours, --workload), prints the break-even rule in numbers and what the engine will do, and writes the profile that
     generate, chat and serve start from (so the first token comes without timing anything). Nothing is written
     if it is interrupted."""
     from pathlib import Path
 
-    from . import autotune
+    from . import autotune, workloads
 
     t0 = time.perf_counter()
+    items = workloads.select(workloads.read_jsonl(workload)) if workload else None  # (read before the models load)
     engine, model, draft = _load(opts)
     name = Path(model).name + (f" + {Path(draft).name}" if draft else "")
     click.echo(f"edgespec tune: {name}, {engine.target.n_threads} threads, within about {seconds} s", err=True)
@@ -213,16 +217,17 @@ def tune(lookup, seconds, max_tokens, **opts) -> None:
     try:
         with bar:
             bar.update(int(time.perf_counter() - t0))
-            tuned = autotune.tune(engine, seconds - (time.perf_counter() - t0), max_tokens, lookup, progress)
+            tuned = autotune.tune(engine, seconds - (time.perf_counter() - t0), max_tokens, lookup, progress,
+                                  items=items)
             bar.update(seconds - bar.pos)
     finally:
         engine.close(remember=False)
         for note in engine.notes:
             click.echo(f"edgespec: note: {note}", err=True)
-    _print_tuned(tuned)
+    _print_tuned(tuned, workload)
 
 
-def _print_tuned(t) -> None:
+def _print_tuned(t, workload: str | None = None) -> None:
     curve = t.verify_s
     one = curve[1]
     click.echo("verify cost T_v(m), ms (x one row): " + "  ".join(f"{m}:{1000 * s:.0f} ({s / one:.2f})"
@@ -232,9 +237,10 @@ def _print_tuned(t) -> None:
             f"{m}:{1000 * s:.1f}" for m, s in sorted(t.back_s.items())))
     n = t.rows["plain"]["overall"]["prompts"]
     kinds = ", ".join(c for c in t.rows["plain"] if c != "overall")
-    more = f"; of {t.offered}, the rest left for want of time: a larger --seconds measures more kinds of prompt" \
-        if n < t.offered else ""
-    click.echo(f"\nmeasured on {n} prompt{'s' if n != 1 else ''}, one per category ({kinds}{more}), greedy:")
+    more = f"; of {t.offered}, the rest left for want of time: a larger --seconds measures more" + \
+        ("" if workload else " kinds of prompt") if n < t.offered else ""
+    where = f" of {workload} (categories: {kinds}{more})" if workload else f", one per category ({kinds}{more})"
+    click.echo(f"\nmeasured on {n} prompt{'s' if n != 1 else ''}{where}, greedy:")
     for mode, r in t.rows.items():
         o = r["overall"]
         acc = " ".join(f"{a:.2f}" for a in o["acceptance_by_position"][:8])

@@ -325,6 +325,25 @@ def test_tune_command(tiny_pair, tmp_path):
     assert "the way back" not in r.stdout  # (only over rpc-servers)
 
 
+def test_tune_on_the_users_own_prompts(tiny_pair, tmp_path):
+    import os
+
+    env = {**os.environ, "EDGESPEC_PROFILES": str(tmp_path / "p")}
+    mine = tmp_path / "mine.jsonl"
+    mine.write_text("".join(json.dumps({"prompt": f"Say the word {w} three times.", "category": c}) + "\n"
+                            for w, c in (("cat", "echo"), ("dog", "echo"), ("one", "count"))))
+    r = run("tune", "-m", tiny_pair[0], "-d", tiny_pair[1], "--workload", mine, "--seconds", "60", "-n", "8",
+            "-k", "4", "--threads", "2", env=env)
+    assert r.returncode == 0, r.stderr
+    assert f"measured on 3 prompts of {mine} (categories: echo, count), greedy:" in r.stdout
+    assert len(list((tmp_path / "p").glob("*.json"))) == 1
+    # a workload that cannot be read: one line, before any model is loaded, and no profile
+    r = run("tune", "-m", tiny_pair[0], "--workload", tmp_path / "none.jsonl", env={**env, "EDGESPEC_PROFILES":
+                                                                                    str(tmp_path / "q")})
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "cannot read the workload" in r.stderr, r.stderr
+    assert not (tmp_path / "q").exists()
+
+
 def test_tune_says_what_the_way_back_from_a_verify_costs_where_it_timed_one(capsys):
     from edgespec.measure_cli import _print_tuned
 
