@@ -59,34 +59,37 @@ def break_even(cost: CostModel, k_max: int) -> list[BreakEven]:
             for k in range(1, k_max + 1) if cost.t_draft(k) is not None]
 
 
-def lookup_decision(cost: CostModel, entry: dict, k: int) -> str:
-    """What prompt lookup will do from its measured acceptance by kind of proposal (the match's length, and whether it
-    copies the prompt or the answer so far): how many of a match's next tokens it verifies, at this verify curve
-    (Splits.keep, as a chain's round asks it: a match declined is still compared with what the target then writes)."""
+def _either(words: Sequence[str]) -> str:
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
+
+
+def lookup_decision(cost: CostModel, entry: dict, k: int, lengths: Sequence[int] = (2, 3, 4)) -> str:
+    """What prompt lookup will do from its measured acceptance by kind of proposal (the match's length, of `lengths`,
+    and whether it is in the prompt or the answer so far): how many of a match's next tokens it verifies, at this
+    verify curve (Splits.keep, as a chain's round asks it: a match declined is still compared with what the target
+    then writes)."""
     policy = DraftLength(k, True, cost)
     policy.seed(entry)
     kinds = sorted((int(key.split(":")[1]), key.endswith(":own"), key) for key in entry.get("by_key", {})
                    if key.startswith("lookup:") and key.split(":")[1] != "0")
     if not kinds:
         return "prompt lookup: no match was tested on this sample; it learns from the text at hand"
-    kept = [(n, own, policy.keep(k, key, recheck_every=0)) for n, own, key in kinds]
-
-    def where(n: int, own: bool) -> str:
-        return f"a match of {n} in the {'answer so far' if own else 'prompt'}"
-
-    order = sorted(kept, key=lambda x: (x[1], -x[0]))
-    said = [f"{e} token{'s' if e != 1 else ''} after {where(n, own)}" for n, own, e in order if e]
-    declined = [where(n, own) for n, own, e in order if not e]
-    ratio = cost.t_verify(2) / cost.t_verify(1)
+    kept = sorted(((own, -n, policy.keep(k, key, recheck_every=0)) for n, own, key in kinds))
+    where = {False: "in the prompt", True: "in the answer so far"}
+    said = [f"{e} token{'s' if e != 1 else ''} after a match of {-n} {where[own]}" for own, n, e in kept if e]
+    declined = [f"{_either([str(-n) for o, n, e in kept if o == own and not e])} {where[own]}"
+                for own in (False, True) if any(o == own and not e for o, n, e in kept)]
     if not said:
         return (f"prompt lookup: no match seen on this sample is expected to pay at this verify curve (two rows "
-                f"{ratio:.2f}x one): plain steps, while what the matches offer is compared with what the target "
-                f"writes, to learn again")
+                f"{cost.t_verify(2) / cost.t_verify(1):.2f}x one): plain steps, while what the matches offer is "
+                "compared with what the target writes, to learn again")
     out = "prompt lookup: verifies up to " + ", ".join(said)
     if declined:
-        out += f"; a plain step after {', '.join(declined)} (what it offers is compared with what the target writes, " \
-               "to learn again)"
-    return out + "; other kinds of match, unseen here, by what the text shows"
+        out += f"; a plain step after matches of {' and of '.join(declined)} (what they offer is compared with what " \
+               "the target writes, to learn again)"
+    if len(kinds) < 2 * len(lengths):
+        out += "; kinds of match unseen here, by what the text shows"
+    return out
 
 
 @dataclass
@@ -152,8 +155,10 @@ def tune(engine: Engine, budget_s: float = 100.0, max_tokens: int = 48, lookup: 
     if "lookup" in rep.policies:  # its acceptance by match length, for the next process's first rounds
         (lookup_policy,) = rep.policies["lookup"]
         out.lookup_entry = lookup_policy.learned()
-        out.lookup_decision = lookup_decision(CostModel(verify_s=dict(rep.verify_curve), back=WayBack(dict(out.back_s))),
-                                              out.lookup_entry, engine.draft_max)
+        alone = CostModel(verify_s=dict(rep.verify_curve), back=WayBack(dict(out.back_s)))  # (seed() adds to it)
+        matcher = PromptLookupProposer()
+        out.lookup_decision = lookup_decision(alone, out.lookup_entry, engine.draft_max,
+                                              range(matcher.n_min, matcher.n_max + 1))
     if save:
         key = profile.key_of(engine.model, engine.target.n_threads)
         old = profile.load(key)

@@ -3,6 +3,7 @@ measuring itself is benchmark.py's and autotune.py's)."""
 from __future__ import annotations
 
 import sys
+import threading
 import time
 
 import click
@@ -196,9 +197,9 @@ def tune(lookup, seconds, max_tokens, workload, **opts) -> None:
     """Measure this machine with a model (and its draft) and keep it as the model's profile.
 
     Times the target's verify curve, runs plain decoding, the draft at K = 2, 4, 8 and prompt lookup on built-in
-    prompts (or yours, --workload), prints the break-even rule in numbers and what the engine will do, and writes the profile that
-    generate, chat and serve start from (so the first token comes without timing anything). Nothing is written
-    if it is interrupted."""
+    prompts (or yours, --workload), prints the break-even rule in numbers and what the engine will do, and writes
+    the profile that generate, chat and serve start from (so the first token comes without timing anything).
+    Nothing is written if it is interrupted."""
     from pathlib import Path
 
     from . import autotune, workloads
@@ -208,19 +209,30 @@ def tune(lookup, seconds, max_tokens, workload, **opts) -> None:
     engine, model, draft = _load(opts)
     name = Path(model).name + (f" + {Path(draft).name}" if draft else "")
     click.echo(f"edgespec tune: {name}, {engine.target.n_threads} threads, within about {seconds} s", err=True)
-    bar = click.progressbar(length=seconds, label="measuring (seconds)", file=sys.stderr, show_eta=False, show_percent=False,
-                            show_pos=True)
+    bar = click.progressbar(length=seconds, label="measuring (seconds)", file=sys.stderr, show_eta=False,
+                            show_percent=False, show_pos=True)
+    ended, lock = threading.Event(), threading.Lock()
 
-    def progress(done, total, line):  # (the bar counts seconds of the budget: prompts differ in length)
-        bar.update(min(seconds, int(time.perf_counter() - t0)) - bar.pos)
+    def progress(*_) -> None:  # the bar counts seconds of the time asked for, once a second (a prompt takes a minute)
+        with lock:
+            bar.update(min(seconds, int(time.perf_counter() - t0)) - bar.pos)
 
+    def tick() -> None:
+        while not ended.wait(1.0):
+            progress()
+
+    ticker = threading.Thread(target=tick, daemon=True)
     try:
         with bar:
-            bar.update(int(time.perf_counter() - t0))
+            progress()
+            ticker.start()
             tuned = autotune.tune(engine, seconds - (time.perf_counter() - t0), max_tokens, lookup, progress,
                                   items=items)
+            ended.set()
+            ticker.join()
             bar.update(seconds - bar.pos)
     finally:
+        ended.set()
         engine.close(remember=False)
         for note in engine.notes:
             click.echo(f"edgespec: note: {note}", err=True)
@@ -271,5 +283,6 @@ def _print_tuned(t, workload: str | None = None) -> None:
         click.echo(f"{'and with ' if t.decision else 'the engine will start with: '}{t.lookup_decision}")
         if t.decision:
             click.echo("(the hybrid, draft model and prompt lookup together, plans each round between them by "
-                       "expected time per token: lookup's continuation, the draft model's tokens, both, or a plain step)")
+                       "expected time per token: lookup's continuation, the draft model's tokens, both, or a plain "
+                       "step)")
     click.echo(f"profile: {t.path}" if t.path else "profile: not written (the cache directory is not writable)")

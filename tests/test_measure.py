@@ -256,8 +256,8 @@ def test_break_even_in_numbers():
 
 def test_tune_says_what_prompt_lookup_will_verify():
     def entry(**rates):  # kind -> the share of its first tokens that passed (and of each later one, given those)
-        counts = {key.replace("_", ":"): {"reached": [20.0, 20.0 * a, 20.0 * a * a], "accepted": [20.0 * a, 20.0 * a * a,
-                                                                                            20.0 * a ** 3]}
+        counts = {key.replace("_", ":"): {"reached": [20.0 * a ** i for i in range(3)],
+                                          "accepted": [20.0 * a ** (i + 1) for i in range(3)]}
                   for key, a in rates.items()}
         return {"draft_round_s": {3: 1e-6}, "reached": [1.0], "accepted": [1.0], "by_key": counts}
 
@@ -265,7 +265,8 @@ def test_tune_says_what_prompt_lookup_will_verify():
     said = autotune.lookup_decision(curve, entry(lookup_4=0.9, lookup_2=0.05, lookup_3_own=0.8), 3)
     assert said.startswith("prompt lookup: verifies up to 3 tokens after a match of 4 in the prompt, ") and \
         "after a match of 3 in the answer so far" in said and said.count("of 2") == 1 and \
-        "; a plain step after a match of 2 in the prompt (what it offers is compared" in said
+        "; a plain step after matches of 2 in the prompt (what they offer is compared" in said and \
+        said.endswith("; kinds of match unseen here, by what the text shows")
     steep = CostModel(verify_s={1: 0.100, 2: 0.200, 3: 0.300, 4: 0.400})  # a second row costs a step: nothing pays
     assert "no match seen on this sample is expected to pay at this verify curve (two rows 2.00x one)" in \
         autotune.lookup_decision(steep, entry(lookup_4=0.9), 3)
