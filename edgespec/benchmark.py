@@ -180,10 +180,13 @@ class Strategies:
                                   HybridProposer(DraftModelProposer(d.ctx, model.n_vocab, d.p_min), lookup))
         return self.by_mode[mode]
 
-    def generate(self, mode: str, tokens: list[int], max_tokens: int, cold: bool = True):
-        """Run one mode; returns (result, seconds from the call to the last token, seconds to the first token)."""
-        if cold:  # each run reads its prompt from scratch, as a new request would
-            self.engine.target.clear()
+    def generate(self, mode: str, tokens: list[int], max_tokens: int, cold: bool = True, warm_target: bool = False):
+        """Run one mode; returns (result, seconds from the call to the last token, seconds to the first token).
+        cold: each run reads its prompt from scratch, as a new request would; warm_target: but the target keeps
+        what it holds (the prompt, where the last run was on the same one), the draft model reading it anew."""
+        if cold:
+            if not warm_target:
+                self.engine.target.clear()
             if self._draft is not None:
                 self._draft.ctx.clear()
         spec, _, w = mode.partition("@")
@@ -210,9 +213,9 @@ class Session:
 
     def __init__(self, engine: Engine, modes: Sequence[str], categories: Sequence[str], max_tokens: int = 64,
                  calibrations: int = 1, use_profile: bool = True, fresh: bool = False,
-                 diverged: Callable | None = None) -> None:
+                 diverged: Callable | None = None, warm_target: bool = False) -> None:
         self.engine, self.modes, self.max_tokens = engine, list(modes), max_tokens
-        self.use_profile, self.fresh, self.diverged = use_profile, fresh, diverged
+        self.use_profile, self.fresh, self.diverged, self.warm_target = use_profile, fresh, diverged, warm_target
         self.strategies = strategies = Strategies(engine)
         self.report = Report(list(modes), list(categories))
         self.done = 0
@@ -245,7 +248,7 @@ class Session:
         turn %= len(modes)
         results = {}
         for mode in [*modes[turn:], *modes[:turn]]:
-            results[mode] = strategies.generate(mode, tokens, self.max_tokens)
+            results[mode] = strategies.generate(mode, tokens, self.max_tokens, warm_target=self.warm_target)
         ref = results["plain"][0].tokens
         if self.diverged is not None:  # (measures with the model: before the tallies, so a Ctrl-C here adds none)
             report.divergences += [self.diverged(it, tokens, ref, r.tokens, m) for m, (r, _, _) in results.items()
@@ -294,7 +297,8 @@ class _Pace:
 
 def run(engine: Engine, modes: Sequence[str], items: Sequence[Item], max_tokens: int = 64, repeats: int = 1,
         progress: Callable[[int, int, str], None] | None = None, diverged: Callable | None = None,
-        budget_s: float | None = None, calibrations: int = 1, use_profile: bool = True, fresh: bool = False) -> Report:
+        budget_s: float | None = None, calibrations: int = 1, use_profile: bool = True, fresh: bool = False,
+        warm_target: bool = False) -> Report:
     """Measure every mode on every item, `repeats` times; progress(done, total, line) after each item.
     diverged(item, tokens, plain, other, mode): called where a mode's greedy output differs from plain's (a note).
     budget_s: the run, warm-up and verify curve included, ends within about this: an item starts only where it is
@@ -302,11 +306,13 @@ def run(engine: Engine, modes: Sequence[str], items: Sequence[Item], max_tokens:
     with `interrupted` set (before that, it propagates). The verify curve is timed here (the median of
     `calibrations`); use_profile: the adaptive modes start from what `edgespec tune` measured for their draft, as a
     new process would. fresh: every item starts from new proposers and policies (the profile's figures only): each
-    is a first prompt.
+    is a first prompt. warm_target: an item's modes after the first find its prompt in the target's cache (the
+    draft model still reads it anew): the generation's figures are the same, and the target's reading of the prompt
+    (the time to the first token, end to end) is measured once, not per mode.
     """
     t0 = time.perf_counter()
     session = Session(engine, modes, list(dict.fromkeys(it.category for it in items)), max_tokens, calibrations,
-                      use_profile, fresh, diverged)
+                      use_profile, fresh, diverged, warm_target)
     total, pace = len(items) * repeats, _Pace()
     try:
         for rep in range(repeats):

@@ -367,6 +367,26 @@ def test_tune_says_which_kinds_of_prompt_its_time_allowed(capsys):
     assert "measured on 2 prompts, one per category (code_write, code_edit), greedy:" in capsys.readouterr().out
 
 
+def test_tune_reads_each_prompt_once_into_the_target(tiny_pair):
+    """tune's warm target: an item's modes after the first find the prompt in the target's cache (the draft model
+    reads it anew, as its reading is measured), and generate what a cold start does."""
+    items = workloads.select(workloads.builtin(), limit=1)[:3]
+    modes = ["plain", "draft:2", "draft:4", "lookup"]
+    with edgespec.Engine.load(tiny_pair[0], draft=tiny_pair[1], n_ctx=4096, n_threads=2, draft_max=4) as e:
+        texts, read, lengths = {}, {}, [len(it.tokens(e)) for it in items]
+        for warm in (False, True):
+            session = benchmark.Session(e, modes, [it.category for it in items], 12, warm_target=warm)
+            for i, it in enumerate(items):
+                for mode, (r, _, _) in session.measure(it, 0, i).items():
+                    texts[warm, i, mode] = r.tokens
+                    read[warm, i, mode] = r.stats.n_prompt_evaluated
+    for i in range(len(items)):
+        first = [*modes[i:], *modes[:i]][0]  # (the modes' order turns with each item)
+        assert all(read[False, i, m] == lengths[i] for m in modes)
+        assert read[True, i, first] > 1 and all(read[True, i, m] == 1 for m in modes if m != first)
+        assert all(texts[True, i, m] == texts[False, i, m] for m in modes)
+
+
 def test_ctrl_c_keeps_what_bench_measured(tiny_pair):
     def stop(done, total, line):
         if done == 2:

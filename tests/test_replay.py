@@ -454,6 +454,7 @@ def test_tune_ends_within_its_time(recording):
     for share in (0.2, 0.4, 0.6, 0.8, 0.95):
         n, spent = tune(share * whole)
         assert spent <= share * whole and n < n_all  # (the last item is not started late)
+        assert share * whole - spent < 3 * whole / n_all  # (nor is the time left unused: a prompt or two at most)
         counts.append(n)
-    assert counts[0] >= 2 and counts == sorted(counts) and counts[-1] >= 0.8 * n_all  # (and the time is used)
+    assert counts[0] >= 2 and counts == sorted(counts)
     assert tune(0.0)[0] == 1  # one prompt whatever the budget: a profile needs a sample
