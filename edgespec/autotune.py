@@ -1,10 +1,10 @@
 """`edgespec tune`: a bounded measurement of a target (and its draft) on this machine, kept as the model's profile.
 
 It times the verify curve T_v(m), runs plain decoding, the draft model at fixed lengths and prompt lookup on a
-sample of the built-in prompts (one per category, as many as end within the time budget), and derives the
-break-even rule in numbers: a round of K drafts costs T(K) = T_v(K+1) + T_d(K) and yields E[N_K] tokens, so it
-pays only while T(K) < E[N_K] x T_plain; the draft's budget per round is E[N_K] x T_plain - T_v(K+1). The profile
-is written once, at the end: an interrupted run leaves nothing behind.
+sample of the built-in prompts (one per category; or the user's, `--workload`), as many as end within the time
+budget, and derives the break-even rule in numbers: a round of K drafts costs T(K) = T_v(K+1) + T_d(K) and yields
+E[N_K] tokens, so it pays only while T(K) < E[N_K] x T_plain; the draft's budget per round is E[N_K] x T_plain -
+T_v(K+1). The profile is written once, at the end: an interrupted run leaves nothing behind.
 """
 from __future__ import annotations
 
@@ -74,10 +74,12 @@ def lookup_decision(cost: CostModel, entry: dict, k: int, lengths: Sequence[int]
                    if key.startswith("lookup:") and key.split(":")[1] != "0")
     if not kinds:
         return "prompt lookup: no match was tested on this sample; it learns from the text at hand"
-    kept = sorted(((own, -n, policy.keep(k, key, recheck_every=0)) for n, own, key in kinds))
+    # (the prompt's matches first, the longest first; e: how many of the match's next tokens are verified)
+    kept = sorted(((own, n, policy.keep(k, key, recheck_every=0)) for n, own, key in kinds),
+                  key=lambda x: (x[0], -x[1]))
     where = {False: "in the prompt", True: "in the answer so far"}
-    said = [f"{e} token{'s' if e != 1 else ''} after a match of {-n} {where[own]}" for own, n, e in kept if e]
-    declined = [f"{_either([str(-n) for o, n, e in kept if o == own and not e])} {where[own]}"
+    said = [f"{e} token{'s' if e != 1 else ''} after a match of {n} {where[own]}" for own, n, e in kept if e]
+    declined = [f"{_either([str(n) for o, n, e in kept if o == own and not e])} {where[own]}"
                 for own in (False, True) if any(o == own and not e for o, n, e in kept)]
     if not said:
         return (f"prompt lookup: no match seen on this sample is expected to pay at this verify curve (two rows "

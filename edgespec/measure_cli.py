@@ -226,13 +226,14 @@ def tune(lookup, seconds, max_tokens, workload, **opts) -> None:
         with bar:
             progress()
             ticker.start()
-            tuned = autotune.tune(engine, seconds - (time.perf_counter() - t0), max_tokens, lookup, progress,
-                                  items=items)
-            ended.set()
-            ticker.join()
+            try:
+                tuned = autotune.tune(engine, seconds - (time.perf_counter() - t0), max_tokens, lookup, progress,
+                                      items=items)
+            finally:  # (the bar stops before it is closed, on Ctrl-C too)
+                ended.set()
+                ticker.join()
             bar.update(seconds - bar.pos)
     finally:
-        ended.set()
         engine.close(remember=False)
         for note in engine.notes:
             click.echo(f"edgespec: note: {note}", err=True)
@@ -249,8 +250,10 @@ def _print_tuned(t, workload: str | None = None) -> None:
             f"{m}:{1000 * s:.1f}" for m, s in sorted(t.back_s.items())))
     n = t.rows["plain"]["overall"]["prompts"]
     kinds = ", ".join(c for c in t.rows["plain"] if c != "overall")
-    more = f"; of {t.offered}, the rest left for want of time: a larger --seconds measures more" + \
-        ("" if workload else " kinds of prompt") if n < t.offered else ""
+    more = ""
+    if n < t.offered:
+        more = f"; of {t.offered}, the rest left for want of time: a larger --seconds measures more" + \
+            ("" if workload else " kinds of prompt")
     where = f" of {workload} (categories: {kinds}{more})" if workload else f", one per category ({kinds}{more})"
     click.echo(f"\nmeasured on {n} prompt{'s' if n != 1 else ''}{where}, greedy:")
     for mode, r in t.rows.items():
