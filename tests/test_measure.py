@@ -343,6 +343,17 @@ def test_tune_on_the_users_own_prompts(tiny_pair, tmp_path):
                                                                                     str(tmp_path / "q")})
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "cannot read the workload" in r.stderr, r.stderr
     assert not (tmp_path / "q").exists()
+    # one with no prompt in it: likewise (exit 2); one whose prompts none fits the context: one line after
+    # loading (exit 1); no profile either way
+    empty, long = tmp_path / "empty.jsonl", tmp_path / "long.jsonl"
+    empty.write_text("")
+    long.write_text(json.dumps({"prompt": " ".join(["word"] * 3000)}) + "\n")
+    for f, code, said in ((empty, 2, "holds no prompts"), (long, 1, "no prompt of the workload fits the context")):
+        r = run("tune", "-m", tiny_pair[0], "-d", tiny_pair[1], "--workload", f, "-c", "256", "-n", "8",
+                "--threads", "2", env={**env, "EDGESPEC_PROFILES": str(tmp_path / "q")})
+        assert r.returncode == code and r.stderr.count("error") == 1 and said in r.stderr.splitlines()[-1], r.stderr
+        assert "Traceback" not in r.stderr
+        assert not (tmp_path / "q").exists() or not list((tmp_path / "q").glob("*.json"))
 
 
 def test_tune_says_what_the_way_back_from_a_verify_costs_where_it_timed_one(capsys):
