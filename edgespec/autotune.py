@@ -19,12 +19,26 @@ from .proposers import PromptLookupProposer
 from .tuning import CostModel, DraftLength
 
 FIXED_KS = (2, 4, 8)
+STEADY = (0.7, 1.4)  # plain decoding's time a token on the sample over the curve's one-row decode, which a run
+# alone measures alike (here 0.89-1.22 in seven runs; 2.45 in one begun a minute after a 3.5 GB file was written)
 
 
 def choose(seconds_per_token: dict[str, float]) -> str:
     """The configuration with the lowest measured time per token ("plain": no speculation); ties go to the earlier
     one, so plain wins a tie."""
     return min(seconds_per_token, key=lambda name: seconds_per_token[name])
+
+
+def unsteady(verify_s: dict[int, float], measured: dict[str, float]) -> str:
+    """A note where plain decoding's time a token on the sample and the verify curve's one-row decode, taken at
+    different moments of the run, disagree by more than STEADY allows: the machine's speed moved during the run
+    (another program busy, a file being written back), and the figures do not fit together. "" where they agree."""
+    one, plain = verify_s.get(1), measured.get("plain")
+    if not one or not plain or STEADY[0] <= plain / one <= STEADY[1]:
+        return ""
+    return (f"plain decoding took {1000 * plain:.1f} ms a token on the sample, one verify row {1000 * one:.1f} ms in "
+            "the curve: the machine's speed moved during the run (another program busy?), so these figures do not "
+            "fit together; run tune again with the machine otherwise idle")
 
 
 @dataclass
@@ -109,6 +123,7 @@ class Tuned:
     breakeven: list[BreakEven] = field(default_factory=list)
     path: Path | None = None
     offered: int = 0  # the sample's prompts that fit the context (one per category); rows has those measured in time
+    unsteady: str = ""  # where the machine's speed moved during the run: a note saying so (unsteady())
 
 
 def tune(engine: Engine, budget_s: float = 100.0, max_tokens: int = 48, lookup: bool = True,
@@ -130,7 +145,7 @@ def tune(engine: Engine, budget_s: float = 100.0, max_tokens: int = 48, lookup: 
     rows = rep.rows()
     measured = {m: r["overall"]["ms_per_token"] / 1000 for m, r in rows.items()}
     out = Tuned(rep.verify_curve, measured, choose(measured), rows, back_s=engine.back_curve,
-                offered=len(items) - len(rep.skipped))
+                offered=len(items) - len(rep.skipped), unsteady=unsteady(rep.verify_curve, measured))
     cost = CostModel(verify_s=dict(rep.verify_curve), back=WayBack(dict(out.back_s)))
     if draft is not None:
         longest = max((m for m in rows if m.startswith("draft:")), key=lambda m: int(m[6:]))

@@ -262,6 +262,8 @@ def _print_tuned(t, workload: str | None = None) -> None:
         extra = "" if mode == "plain" else f"  x{o['speedup']:.2f}  {o['mean_accepted_length']:.2f} accepted/round" \
             + (f"  acceptance by position {acc}" if acc else "")
         click.echo(f"  {mode:<9}{o['ms_per_token']:7.1f} ms/token{extra}")
+    if t.unsteady:
+        click.echo(f"note: {t.unsteady}")
     if t.draft_entry is not None:
         click.echo("\ndraft step costs T_d(K): " + "  ".join(
             f"K={k}: {1000 * s:.0f} ms" for k, s in sorted(t.draft_entry["draft_round_s"].items())))
