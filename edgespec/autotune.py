@@ -35,8 +35,9 @@ def choose(seconds_per_token: dict[str, float]) -> str:
 def unsteady(verify_s: dict[int, float], plain_s: float | None) -> str:
     """A note where plain decoding's decode on the sample (plain_s: its rounds' verify phase, seconds; Python's
     share of a token left out, which a fast step would make count) and the verify curve's one-row decode, timed at
-    different moments of the run, disagree by more than STEADY and STEADY_FLOOR_S allow: the machine's speed moved during the run
-    (another program busy, a file being written back), and the figures do not fit together. "" where they agree."""
+    different moments of the run, disagree by more than STEADY and STEADY_FLOOR_S allow: the machine's speed moved
+    during the run (another program busy, a file being written back), and the figures do not fit together. "" where
+    they agree."""
     one = verify_s.get(1)
     if not one or not plain_s or STEADY[0] <= plain_s / one <= STEADY[1] or abs(plain_s - one) < STEADY_FLOOR_S:
         return ""
