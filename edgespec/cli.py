@@ -12,7 +12,7 @@ from . import __version__, default_model
 from .errors import Terminated
 from .options import (ENGINE_PARAMS, chosen, note_context, note_gpu_layers, note_template, text_arg, chat_template,
                       choose_models, constraint_of, constraint_options, engine_options, kv_cache_of, load_engine,
-                      read_text, sampling_of)
+                      model_argument, read_text, sampling_of)
 from .progress import PromptProgress
 
 EXAMPLES = """
@@ -110,6 +110,7 @@ def settable_options() -> dict[str, click.Parameter]:
                                "(a model with FIM tokens: Qwen2.5-Coder, CodeLlama, StarCoder2...).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object: text, tokens, finish_reason, stats.")
 @constraint_options
+@model_argument
 def generate(prompt, prompt_file, use_chat, system, suffix, as_json, grammar_file, json_schema, json_object,
              **opts) -> None:
     """Generate one completion and exit.
@@ -186,6 +187,7 @@ def _run(engine, tokens, sampling, max_tokens, stop, as_json, constraint=None) -
                    "llama3, gemma, ...).")
 @click.option("--no-color", is_flag=True, help="Do not colour drafted tokens (off anyway when not a terminal).")
 @constraint_options
+@model_argument
 def chat(system, chat_format, no_color, grammar_file, json_schema, json_object, **opts) -> None:
     """Chat with a model in a terminal; with piped input, one message per line.
 
@@ -224,6 +226,7 @@ def chat(system, chat_format, no_color, grammar_file, json_schema, json_object, 
                    "(CORS; repeatable). Default: none, so no web page you visit can read answers from it.")
 @click.option("--no-webui", "no_webui", is_flag=True,
               help="No chat page at / for a browser (by default one is there: the conversation kept in the browser).")
+@model_argument
 def serve(host, port, parallel, api_key, alias, quiet, origins, no_webui, **opts) -> None:
     """An OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, /v1/responses, /v1/models,
     /health, /metrics), with Anthropic's /v1/messages (Claude Code), Ollama's /api/chat, /api/generate and /api/tags

@@ -8,11 +8,11 @@ import time
 
 import click
 
-from .options import CACHE_OPTIONS, RPC_OPTIONS, kv_cache_of, note_threads
+from .options import CACHE_OPTIONS, RPC_OPTIONS, kv_cache_of, model_argument, note_threads
 
 MODEL_OPTIONS = [
-    click.option("--model", "-m", metavar="GGUF", help="Target: a file, a preset, or REPO:FILE (default: the "
-                 "embedded SmolLM2-135M)."),
+    click.option("--model", "-m", metavar="GGUF", help="Target: a file, a preset, or REPO:FILE; or give it as "
+                 "MODEL, the first argument (default: the embedded SmolLM2-135M)."),
     click.option("--draft", "-d", metavar="GGUF", help="Draft model (a preset brings its own)."),
     click.option("--threads", type=click.IntRange(min=1), callback=note_threads,
                  help="CPU threads (default: physical cores)."),
@@ -79,6 +79,7 @@ def _progress(t0: float):
               "the verify curve (needs matplotlib: pip install 'edgespec[plot]').")
 @click.option("--from-json", "saved", metavar="FILE", help="Measure nothing: print the tables of a run saved with "
               "--json again (and with --plot draw its plot).")
+@model_argument
 def bench(modes, workload, categories, limit, skip, fresh, max_tokens, repeats, json_path, plot_path, saved,
           **opts) -> None:
     """Plain decoding against drafting strategies on a workload, on this machine, greedy.
@@ -193,6 +194,7 @@ def _show_saved(path: str, plot_path: str | None) -> None:
 @click.option("--workload", metavar="JSONL", help="Measure on your prompts (as `edgespec bench --workload` reads "
               "them; categories interleaved, as many as the time allows) rather than one built-in prompt of each "
               "category: the profile then starts every process from what your kind of text showed.")
+@model_argument
 def tune(lookup, seconds, max_tokens, workload, **opts) -> None:
     """Measure this machine with a model (and its draft) and keep it as the model's profile.
 

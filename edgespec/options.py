@@ -47,6 +47,25 @@ def _option(*decls, **kw):
     return click.option(*decls, envvar=env_name(name), show_envvar=True, **kw)
 
 
+def model_argument(f):
+    """A command's target model as its first argument too, as `vllm serve MODEL` and `ollama run MODEL` take it:
+    `edgespec chat MODEL` is `edgespec chat -m MODEL` (a file, a preset, or REPO:FILE). It stands where -m would,
+    above EDGESPEC_MODEL and the settings file; given with a different -m it is a usage error (exit 2)."""
+    import functools
+
+    @functools.wraps(f)
+    def command(*args, model_arg=None, **opts):
+        if model_arg is not None:
+            from click.core import ParameterSource
+
+            given = click.get_current_context().get_parameter_source("model") == ParameterSource.COMMANDLINE
+            if given and opts["model"] != model_arg:
+                raise click.UsageError(f"two target models: {model_arg} and -m {opts['model']}; give one")
+            opts["model"] = model_arg
+        return f(*args, **opts)
+    return click.argument("model_arg", metavar="[MODEL]", required=False)(command)
+
+
 def note_threads(ctx, param, value):
     """More threads than the CPUs this process may use is said (llama.cpp's threads spin while they wait, so every
     step waits on threads that have no CPU: on 2 CPUs, 64 threads took 196 ms a token against 7 with 2)."""
@@ -127,7 +146,8 @@ def kv_cache_of(opts: dict) -> tuple[str, str]:
 
 
 ENGINE_OPTIONS = [
-    _option("--model", "-m", metavar="GGUF", help="Target model. Default: the embedded SmolLM2-135M-Instruct."),
+    _option("--model", "-m", metavar="GGUF", help="Target model: a file, a preset, or REPO:FILE; or give it as MODEL, "
+            "the first argument. Default: the embedded SmolLM2-135M-Instruct."),
     _option("--draft", "-d", "--model-draft", "-md", metavar="GGUF",
             help="Draft model (same vocabulary as the target)."),
     _option("--lookup", is_flag=True,

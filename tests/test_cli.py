@@ -114,6 +114,32 @@ def test_llama_cpps_spellings_of_the_options_mean_the_same(tiny_pair):
     assert hot.returncode == 0 and "a temperature of 8 samples close to at random" in hot.stderr
 
 
+def test_the_target_model_may_be_the_first_argument(tiny_pair, tmp_path):
+    """`edgespec chat MODEL`, as `vllm serve MODEL` and `ollama run MODEL` take it: -m's value, above EDGESPEC_MODEL
+    and the settings file; a different -m beside it is a usage error, one line."""
+    import os
+
+    t, d = tiny_pair
+    common = ["-d", d, "-p", "Once", "-n", "8", "-t", "0", "--json"]
+    flag, first = run("generate", "-m", t, *common), run("generate", t, *common)
+    assert flag.returncode == first.returncode == 0, first.stderr
+    assert json.loads(first.stdout)["tokens"] == json.loads(flag.stdout)["tokens"]
+    same = run("generate", t, "-m", t, *common)
+    assert same.returncode == 0 and json.loads(same.stdout)["tokens"] == json.loads(flag.stdout)["tokens"]
+    (tmp_path / "settings.toml").write_text('model = "/nonexistent-too.gguf"\n')
+    for where in ({"EDGESPEC_MODEL": "/nonexistent.gguf"}, {"EDGESPEC_CONFIG": str(tmp_path / "settings.toml")}):
+        over = subprocess.run([sys.executable, "-m", "edgespec", "generate", t, *common], capture_output=True,
+                              text=True, timeout=120, env={**os.environ, **where})
+        assert over.returncode == 0 and json.loads(over.stdout)["tokens"] == json.loads(flag.stdout)["tokens"], where
+    two = run("generate", t, "-m", d, "-p", "Once")
+    assert two.returncode == 2 and f"two target models: {t} and -m {d}; give one" in two.stderr and \
+        two.stderr.count("\n") == 1, two.stderr
+    missing = run("tune", "/nonexistent.gguf")
+    assert missing.returncode == 1 and "model file not found: /nonexistent.gguf" in missing.stderr
+    for command in ("generate", "chat", "serve", "bench", "tune"):
+        assert f"Usage: edgespec {command} [OPTIONS] [MODEL]" in run(command, "--help").stdout
+
+
 def test_generate_with_trees_equals_plain(tiny_pair):
     t, d = tiny_pair
     common = ["generate", "-m", t, "--prompt", "ab ac ad ab ac ad ab ae ab", "-n", "30", "-t", "0", "--json"]
