@@ -149,6 +149,31 @@ def test_generate_with_trees_equals_plain(tiny_pair):
     assert json.loads(trees.stdout)["tokens"] == json.loads(plain.stdout)["tokens"]
 
 
+def test_quantize_writes_a_copy_that_drafts_and_never_overwrites(tiny_pair, tmp_path):
+    """`edgespec quantize SOURCE DEST`: llama.cpp's quantize API (Q4_0 by default, the format a CPU draft steps
+    fastest in); the copy pairs and drafts, and the output stays the target's. DEST is never overwritten, and a run
+    that fails leaves no file."""
+    t, d = tiny_pair
+    dest = tmp_path / "draft-q4_0.gguf"
+    r = run("quantize", d, dest)
+    assert r.returncode == 0 and dest.exists() and r.stdout.startswith(f"{dest}: ") and "(Q4_0)" in r.stderr
+    assert dest.stat().st_size < d.stat().st_size
+    common = ["-m", t, "-p", "Once upon a time", "-n", "16", "-t", "0", "--json"]
+    drafted, plain = run("generate", *common, "-d", dest, "--fixed"), run("generate", *common, "--no-spec")
+    assert drafted.returncode == plain.returncode == 0, drafted.stderr
+    a, b = json.loads(drafted.stdout), json.loads(plain.stdout)
+    assert a["tokens"] == b["tokens"] and a["stats"]["n_drafted"] > 0
+    before = dest.read_bytes()
+    again = run("quantize", d, dest, "--type", "q8_0")
+    assert again.returncode == 1 and "exists; remove it or name another file" in again.stderr and \
+        again.stderr.count("\n") == 1 and dest.read_bytes() == before
+    bad = run("quantize", d, tmp_path / "x.gguf", "--type", "q3")
+    assert bad.returncode == 2 and "--type" in bad.stderr and not (tmp_path / "x.gguf").exists()
+    missing = run("quantize", "/nonexistent.gguf", tmp_path / "y.gguf")
+    assert missing.returncode == 1 and "model file not found: /nonexistent.gguf" in missing.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["draft-q4_0.gguf"]  # (no .part left behind)
+
+
 def test_help_and_version():
     assert "Examples:" in run("--help").stdout
     helps = [run(command, "--help").stdout for command in ("generate", "chat", "serve", "bench")]
