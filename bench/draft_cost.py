@@ -7,8 +7,8 @@ whole). Run it alone:
     git show cd6eb10:README.md | head -c 6000 | tail -c 5000 > /tmp/long.txt
     .venv/bin/python bench/draft_cost.py /tmp/long.txt DRAFT.gguf [DRAFT.gguf ...] [--threads 2] [--repeats 3]
 
-A copy of a draft in another format: `.venv/bin/python -c "from edgespec.backend.llama import quantize;
-quantize('SRC.gguf', 'DST.gguf', 'Q4_0')"` (llama.cpp's quantize API; from a quantized file it re-quantizes)."""
+A copy of a draft in another format: `.venv/bin/edgespec quantize SRC.gguf DST.gguf --type Q4_0` (llama.cpp's
+quantize API; from a quantized file it re-quantizes)."""
 from __future__ import annotations
 
 import argparse

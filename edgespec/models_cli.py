@@ -107,8 +107,8 @@ QUANT_TYPES = ("F16", "BF16", "Q8_0", "Q6_K", "Q5_K_M", "Q5_0", "Q4_K_M", "Q4_0"
               help="CPU threads (default: physical cores).")
 def quantize_cmd(source, dest, ftype, threads) -> None:
     """Write a copy of SOURCE (a file, a preset's target, or REPO:FILE) in another format, as llama.cpp's
-    llama-quantize does: a draft in Q4_0, which llama.cpp repacks for this CPU's vector units, steps and reads
-    faster than the same model in Q4_K_M (README, Choosing a draft). From a quantized file it re-quantizes, which
+    llama-quantize does: a draft in Q4_0, which llama.cpp's CPU backend runs through repacked kernels, steps and
+    reads faster than the same model in Q4_K_M (README, Choosing a draft). From a quantized file it re-quantizes, which
     loses a little more than a copy from the F16 original. DEST must not exist; an interrupted run leaves nothing."""
     from .backend.llama import quantize
     from .hub import resolve
