@@ -22,7 +22,8 @@ reading of what it skipped: on such a machine the draft is memory-bound too, whe
 3.7 of its steps), `--target-scale X` makes
 every target decode X times dearer against the same draft (this machine's F16 target has slow, memory-bound spells:
 96 ms a step with T(5) = 1.5 T(1), against 70 ms and 2.1),
-`--costs-from R` takes another recording's costs. Times are virtual seconds: every figure is exact for the costs
+`--costs-from R` takes another recording's costs, `--draft-costs-from R` only its draft's (two drafts' recordings of
+the same texts under one timing of the target). Times are virtual seconds: every figure is exact for the costs
 given, and only for them.
 """
 from __future__ import annotations
@@ -84,6 +85,9 @@ def _recording(args) -> Recording:
     rec = Recording.load(args.recording)
     if args.costs_from:
         rec.data = {**rec.data, "costs": Recording.load(args.costs_from).data["costs"]}
+    if args.draft_costs_from:
+        rec.data = {**rec.data, "costs": {**rec.data["costs"],
+                                          "draft": Recording.load(args.draft_costs_from).data["costs"]["draft"]}}
     return rec
 
 
@@ -172,6 +176,7 @@ def do_run(args) -> dict:
         engine.close(remember=False)
     rows = rep.rows()
     costs = f"{'costs of ' + Path(args.costs_from).name if args.costs_from else 'recorded costs'}" + \
+        (f", the draft's of {Path(args.draft_costs_from).name}" if args.draft_costs_from else "") + \
         (f" + noise {args.noise:g}" if args.noise else "") + \
         (f" + {args.hiccups:g} hold-ups a second of {args.hiccup_ms:g} ms (mean)" if args.hiccups else "") + \
         (f" + {args.latency_ms:g} ms a target decode" if args.latency_ms else "") + \
@@ -241,6 +246,8 @@ def main() -> None:
     common.add_argument("--target-scale", type=float, default=1.0)
     common.add_argument("--costs-from", metavar="RECORDING", help="the decode costs of another recording (its day, "
                         "its machine) for this one's texts")
+    common.add_argument("--draft-costs-from", metavar="RECORDING", help="the draft's decode costs alone from another "
+                        "recording (after --costs-from): two drafts' recordings judged under one target's costs")
     dr = sub.add_parser("draft", help="a recording's draft predictions and confidences made again (another draft, "
                         "or a recording made without confidences)")
     dr.add_argument("recording")
