@@ -116,6 +116,9 @@ def quantize_cmd(source, dest, ftype, threads) -> None:
     path = resolve(source)[0]
     if os.path.exists(dest):
         raise EdgespecError(f"{dest} exists; remove it or name another file")
+    folder = os.path.dirname(os.path.abspath(dest))
+    if not os.path.isdir(folder):
+        raise EdgespecError(f"cannot write {dest}: there is no folder {folder}")
     part = f"{dest}.part"
     click.echo(f"edgespec: writing {dest} ({ftype.upper()}) from {path}", err=True)
     try:

@@ -4,7 +4,9 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+import click
 import pytest
 
 from edgespec import default_model
@@ -171,7 +173,25 @@ def test_quantize_writes_a_copy_that_drafts_and_never_overwrites(tiny_pair, tmp_
     assert bad.returncode == 2 and "--type" in bad.stderr and not (tmp_path / "x.gguf").exists()
     missing = run("quantize", "/nonexistent.gguf", tmp_path / "y.gguf")
     assert missing.returncode == 1 and "model file not found: /nonexistent.gguf" in missing.stderr
+    nowhere = run("quantize", d, tmp_path / "no" / "z.gguf")
+    assert nowhere.returncode == 1 and f"there is no folder {tmp_path / 'no'}" in nowhere.stderr and \
+        nowhere.stderr.count("\n") == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["draft-q4_0.gguf"]  # (no .part left behind)
+
+
+def test_quantize_interrupted_leaves_no_file(tiny_pair, tmp_path, monkeypatch):
+    """Ctrl-C lands when llama.cpp's quantize call returns (it cannot be stopped inside): the part it wrote goes,
+    and DEST is never made."""
+    from edgespec import models_cli
+    from edgespec.backend import llama
+
+    def interrupted(src, dst, ftype, threads=None):
+        Path(dst).write_bytes(b"GGUF part")
+        raise KeyboardInterrupt
+    monkeypatch.setattr(llama, "quantize", interrupted)
+    with pytest.raises((KeyboardInterrupt, click.exceptions.Abort)):  # (click's own main says Abort)
+        models_cli.quantize_cmd.main([str(tiny_pair[1]), str(tmp_path / "q.gguf")], standalone_mode=False)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_help_and_version():

@@ -458,3 +458,27 @@ def test_tune_ends_within_its_time(recording):
         counts.append(n)
     assert counts[0] >= 2 and counts == sorted(counts)
     assert tune(0.0)[0] == 1  # one prompt whatever the budget: a profile needs a sample
+
+
+def test_draft_costs_from_takes_the_draft_s_costs_alone(recording, tmp_path):
+    """bench/replay.py run --draft-costs-from: another recording's draft costs under this one's target costs (two
+    drafts judged under one timing of the target); --costs-from takes both."""
+    import subprocess
+    import sys
+
+    data = json.loads(Path(recording.path).read_text())
+    for part, factor in (("target", 2.0), ("draft", 3.0)):  # another day: the target twice as slow, the draft 3x
+        data["costs"][part] = {kind: {m: s * factor for m, s in t.items()} for kind, t in data["costs"][part].items()}
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(data))
+    script = Path(__file__).parent.parent / "bench" / "replay.py"
+
+    def ms(*extra):
+        out = tmp_path / "out.json"
+        subprocess.run([sys.executable, str(script), "run", str(recording.path), "-n", "8", "--limit", "2",
+                        "--modes", "plain,draft:2", "--json", str(out), *extra], capture_output=True, check=True)
+        rows = json.loads(out.read_text())["rows"]
+        return {m: rows[m]["overall"]["ms_per_token"] for m in ("plain", "draft:2")}
+    own, drafts, both = ms(), ms("--draft-costs-from", str(other)), ms("--costs-from", str(other))
+    assert drafts["plain"] == pytest.approx(own["plain"]) and drafts["draft:2"] > own["draft:2"]
+    assert both["plain"] == pytest.approx(2 * own["plain"], rel=0.05)
