@@ -27,7 +27,7 @@ def launch() -> None:
     have later: one line and its exit code."""
     held: list[int] = []
     for signum in (signal.SIGINT, *SIGNAL_EXIT):
-        signal.signal(signum, lambda signum, frame: held.append(signum))
+        _catch(signum, lambda signum, frame: held.append(signum))
     from .cli import Interrupted, cli
 
     run(cli, None, Interrupted, held)
@@ -40,8 +40,8 @@ def run(command, argv: list[str] | None, interrupted: type[BaseException], held:
 
     try:
         for signum in SIGNAL_EXIT:  # stop as Ctrl-C does: what was generated is printed (and a chat kept)
-            signal.signal(signum, _terminate)
-        signal.signal(signal.SIGINT, _interrupt)
+            _catch(signum, _terminate)
+        _catch(signal.SIGINT, _interrupt)
         sys.unraisablehook = _unraisable
         if held:
             raise KeyboardInterrupt if held[0] == signal.SIGINT else Terminated(SIGNAL_EXIT[held[0]])
@@ -79,6 +79,14 @@ def run(command, argv: list[str] | None, interrupted: type[BaseException], held:
     sys.exit(code)
 
 
+def _catch(signum: int, handler) -> None:
+    """Handle a signal, unless this process was started with it ignored: `nohup` ignores SIGHUP, a shell script
+    starts its background jobs with SIGINT ignored. That is the parent's choice and is kept: `nohup edgespec serve`
+    outlives its terminal (it used to end with exit 129 when the terminal closed)."""
+    if signal.getsignal(signum) is not signal.SIG_IGN:
+        signal.signal(signum, handler)
+
+
 def _terminate(signum, frame) -> None:
     if not _deferred(signum, frame):
         raise Terminated(SIGNAL_EXIT.get(signum, 143))
@@ -112,7 +120,8 @@ _CALLBACKS = {("edgespec.backend.llama", "_log_callback"), ("edgespec.backend.ll
 def held_interrupts():
     """Ctrl-C while third-party packages import (some of them catch exceptions broadly, and one was seen to swallow
     the KeyboardInterrupt: exit 0 after a full run) is held, and raised once the block is done."""
-    if threading.current_thread() is not threading.main_thread():
+    if threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # (see _catch)
         yield
         return
     got: list[int] = []

@@ -91,7 +91,7 @@ def pull(name, file) -> None:
         check_pair(*(VocabInfo.of(Model(p, vocab_only=True)) for p in paths))
     for p in paths:
         click.echo(p)
-    click.echo(f"ok: run `edgespec chat -m {name}`", err=True)
+    click.echo(f"ok: run `edgespec chat {name}`", err=True)
 
 
 QUANT_TYPES = ("F16", "BF16", "Q8_0", "Q6_K", "Q5_K_M", "Q5_0", "Q4_K_M", "Q4_0")

@@ -14,10 +14,17 @@ import pytest
 LONG = ["-c", "16384", "-n", "16000", "-t", "0", "--no-spec"]  # the tiny model writes for several seconds
 
 
-def start(args, env=None, **kw):
+def start(args, env=None, ignoring=(), **kw):
+    """The program, started as a terminal's shell starts a command: the signals at their defaults, whatever the test
+    runner's were (a runner started in the background has SIGINT ignored, which edgespec keeps), except `ignoring`."""
+    def signals():
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_IGN if signum in ignoring else signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+
     return subprocess.Popen([sys.executable, "-m", "edgespec", *map(str, args)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, stdin=kw.pop("stdin", subprocess.DEVNULL),
-                            env={**os.environ, **(env or {})}, **kw)
+                            env={**os.environ, **(env or {})}, preexec_fn=signals, **kw)
 
 
 def wait_for_output(proc, timeout=30):
@@ -94,6 +101,21 @@ def test_ctrl_c_at_any_moment_of_start_up_is_exit_130(tiny_pair, delay):
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert b"Traceback" not in err and err.strip().endswith(b"edgespec: interrupted")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGINT])
+def test_a_signal_the_parent_ignored_stays_ignored(tiny_pair, sig):
+    """`nohup edgespec serve &` must outlive its terminal (SIGHUP ignored), a shell script's background job ignores
+    Ctrl-C: a signal ignored when edgespec starts stays ignored, at start-up as later (it used to be ignored only
+    until the handlers were in: 0 or 129/130 by timing)."""
+    proc = start(["generate", "-m", tiny_pair[0], "-p", "Once upon a time", "-n", "1500", "-t", "0", "--no-spec"],
+                  ignoring=(sig,))
+    time.sleep(0.02)
+    proc.send_signal(sig)  # while it starts
+    wait_for_output(proc)
+    proc.send_signal(sig)  # while it writes
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and err.strip().endswith(b"finish: length"), err
 
 
 IMPORT_SIGNAL = """

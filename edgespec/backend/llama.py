@@ -72,7 +72,9 @@ class _Interruptible:
         self._old = None
 
     def __enter__(self) -> "_Interruptible":
-        if threading.current_thread() is threading.main_thread():
+        # (where the process was started with Ctrl-C ignored, as a script's background job is, it stays ignored)
+        if threading.current_thread() is threading.main_thread() \
+                and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
             self._old = signal.signal(signal.SIGINT, self._flag)
         return self
 
