@@ -340,8 +340,10 @@ class Shown:
         if text and self.thought:
             click.echo("\n")
             self.thought = False
-        if text:
-            click.secho(text, nl=False, fg=DRAFT_COLOR if self.color and drafted else None)
+        if text and self.color and drafted:
+            click.secho(text, nl=False, fg=DRAFT_COLOR)
+        elif text:  # (secho would add a reset code after each token, --no-color or not)
+            click.echo(text, nl=False)
 
     def end(self) -> None:
         if self.thoughts is not None:
