@@ -416,6 +416,36 @@ def test_replay_ensemble_tells_a_systematic_shortfall_from_a_path(tmp_path):
         assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and says in bad.stderr, bad.stderr
 
 
+def test_replay_draft_swap_changes_the_draft_alone(monkeypatch):
+    """bench/replay_draft_swap.py: in every setting it replays, before and after share the target's costs (the retimed
+    recording's), after reads the Q4_0 twin of every recording and the Q4_0 draft's costs, the other options stay as
+    bench/replay_settings.py has them, and every file named is in the repository; a setting it does not replay is one
+    line, exit 1."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).parent.parent
+    monkeypatch.syspath_prepend(str(root / "bench"))
+    import replay_draft_swap as swap
+    from replay_settings import SETTINGS
+
+    def files(options):
+        return [o for o in options if o.endswith(".json")]
+
+    for setting in swap.DEFAULT:
+        options, before, after = SETTINGS[setting], swap.before(SETTINGS[setting]), swap.after(SETTINGS[setting])
+        assert [o for o in before if not o.endswith(".json")] == [o for o in options if not o.endswith(".json")] + \
+            ([] if "--costs-from" in options else ["--costs-from"])
+        assert before[before.index("--costs-from") + 1] == after[after.index("--costs-from") + 1] == swap.RETIMED
+        assert after[-2:] == ["--draft-costs-from", swap.Q4_0] and "q4_0" in after[0] and "q4_0" not in before[0]
+        if "--tune-on" in options:
+            assert after[after.index("--tune-on") + 1] == swap.Q4_0
+        assert all((root / f).is_file() for f in files(before) + files(after)), setting
+    bad = subprocess.run([sys.executable, str(root / "bench" / "replay_draft_swap.py"), "--out", "/nonexistent/x",
+                          "--settings", "smollm-switch"], capture_output=True, text=True)
+    assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "smollm-switch" in bad.stderr, bad.stderr
+
+
 def test_replay_ensemble_stops_on_ctrl_c_with_one_line(tmp_path):
     """Ctrl-C during bench/replay_ensemble.py: the replays not begun are dropped, one line, exit 130 (not a wait for
     the whole run, nor a thread's traceback)."""
