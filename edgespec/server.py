@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import signal
 import threading
 import time
 from dataclasses import dataclass, field
@@ -342,8 +343,13 @@ def serve(state: ServerState, load, host: str, port: int, on_ready=None) -> None
     SIGTERM: every running request gets its final chunk, and this returns. on_ready(engine, port) once loaded."""
     import uvicorn
 
+    # a signal the process was started with ignored stays ignored (exits._catch): uvicorn would catch it again
+    ignored = {s for s in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(s) is signal.SIG_IGN}
+
     class Server(uvicorn.Server):
         def handle_exit(self, sig, frame):
+            if sig in ignored:
+                return
             if state.engine is not None:
                 state.engine.stop("length")  # in-flight streams end with a final chunk
             if self.should_exit and sig == 2:

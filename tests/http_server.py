@@ -18,15 +18,27 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def signals_as_from_a_terminal(ignoring=()):
+    """A child's signals as a terminal's shell starts a command: at their defaults, whatever the test runner's were
+    (a runner started in the background has SIGINT ignored, which edgespec keeps), except those it ignores."""
+    def set_them():
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_IGN if signum in ignoring else signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+
+    return set_them
+
+
 class Server:
-    def __init__(self, *args, env=None):
+    def __init__(self, *args, env=None, ignoring=()):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         # (its stderr, a line per request, to a file: a pipe nobody reads would fill and stop the server)
         self.stderr = tempfile.TemporaryFile()
         self.proc = subprocess.Popen([sys.executable, "-m", "edgespec", "serve", "--port", str(self.port), *map(str, args)],
                                      stdout=subprocess.PIPE, stderr=self.stderr,
-                                     env={**os.environ, "EDGESPEC_CONFIG": "", **(env or {})})
+                                     env={**os.environ, "EDGESPEC_CONFIG": "", **(env or {})},
+                                     preexec_fn=signals_as_from_a_terminal(ignoring))
         end = time.time() + 60
         while time.time() < end:
             try:

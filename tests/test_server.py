@@ -553,6 +553,20 @@ def test_a_full_server_answers_503_and_shutdown_ends_streams_cleanly(tiny_pair):
             s.proc.kill()
 
 
+def test_a_signal_the_parent_ignored_does_not_stop_the_server(tiny_pair):
+    """`nohup edgespec serve &` (SIGHUP ignored) outlives its terminal, and a shell script's background server
+    (SIGINT ignored) its Ctrl-C: uvicorn, which catches SIGINT itself, leaves such a signal ignored too."""
+    s = Server("-m", tiny_pair[0], "--no-request-log", ignoring=(signal.SIGINT, signal.SIGHUP))
+    try:
+        for sig in (signal.SIGHUP, signal.SIGINT):
+            s.proc.send_signal(sig)
+        time.sleep(0.5)
+        assert s.proc.poll() is None and httpx.get(s.url + "/health", timeout=10).status_code == 200
+        assert s.client().completions.create(model="x", prompt="hi", max_tokens=2).choices
+    finally:
+        assert s.stop() == 0  # (SIGTERM, which it was not started ignoring)
+
+
 def test_a_model_that_cannot_load_is_one_line_and_exit_1(tmp_path):
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF" + b"\0" * 64)

@@ -10,21 +10,16 @@ import time
 from pathlib import Path
 
 import pytest
+from http_server import signals_as_from_a_terminal
 
 LONG = ["-c", "16384", "-n", "16000", "-t", "0", "--no-spec"]  # the tiny model writes for several seconds
 
 
 def start(args, env=None, ignoring=(), **kw):
-    """The program, started as a terminal's shell starts a command: the signals at their defaults, whatever the test
-    runner's were (a runner started in the background has SIGINT ignored, which edgespec keeps), except `ignoring`."""
-    def signals():
-        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(signum, signal.SIG_IGN if signum in ignoring else signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
-
+    """The program, started as a terminal's shell starts a command (http_server.signals_as_from_a_terminal)."""
     return subprocess.Popen([sys.executable, "-m", "edgespec", *map(str, args)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, stdin=kw.pop("stdin", subprocess.DEVNULL),
-                            env={**os.environ, **(env or {})}, preexec_fn=signals, **kw)
+                            env={**os.environ, **(env or {})}, preexec_fn=signals_as_from_a_terminal(ignoring), **kw)
 
 
 def wait_for_output(proc, timeout=30):
