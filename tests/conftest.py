@@ -3,6 +3,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -18,6 +19,12 @@ if "EDGESPEC_PROFILES" not in os.environ:
     os.environ["EDGESPEC_PROFILES"] = _run_profiles = tempfile.mkdtemp(prefix="edgespec-test-profiles-")
     atexit.register(shutil.rmtree, _run_profiles, ignore_errors=True)  # nothing left in /tmp after the run
 
+# A runner started with signals ignored (nohup's SIGHUP, a shell script's background job's SIGINT) keeps ignoring them,
+# but the programs the tests start must get them as from a terminal (edgespec keeps an inherited ignore): caught by a
+# handler that does nothing rather than ignored, they are back at their defaults in a child after exec.
+for _signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    if signal.getsignal(_signum) is signal.SIG_IGN:
+        signal.signal(_signum, lambda signum, frame: None)
 
 
 @pytest.fixture(autouse=True)

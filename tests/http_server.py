@@ -18,19 +18,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def signals_as_from_a_terminal(ignoring=()):
-    """A child's signals as a terminal's shell starts a command: at their defaults, whatever the test runner's were
-    (a runner started in the background has SIGINT ignored, which edgespec keeps), except those it ignores."""
-    def set_them():
-        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(signum, signal.SIG_IGN if signum in ignoring else signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+def ignoring(signals=()):
+    """A child's preexec_fn that starts it with these signals ignored, as `nohup` (SIGHUP) or a shell script's
+    background job (SIGINT) starts it; None for none (conftest.py: the others at their defaults)."""
+    if not signals:
+        return None
 
-    return set_them
+    def ignore():
+        for signum in signals:
+            signal.signal(signum, signal.SIG_IGN)
+
+    return ignore
 
 
 class Server:
-    def __init__(self, *args, env=None, ignoring=()):
+    def __init__(self, *args, env=None, ignore=()):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         # (its stderr, a line per request, to a file: a pipe nobody reads would fill and stop the server)
@@ -38,7 +40,7 @@ class Server:
         self.proc = subprocess.Popen([sys.executable, "-m", "edgespec", "serve", "--port", str(self.port), *map(str, args)],
                                      stdout=subprocess.PIPE, stderr=self.stderr,
                                      env={**os.environ, "EDGESPEC_CONFIG": "", **(env or {})},
-                                     preexec_fn=signals_as_from_a_terminal(ignoring))
+                                     preexec_fn=ignoring(ignore))
         end = time.time() + 60
         while time.time() < end:
             try:

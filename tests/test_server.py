@@ -556,7 +556,7 @@ def test_a_full_server_answers_503_and_shutdown_ends_streams_cleanly(tiny_pair):
 def test_a_signal_the_parent_ignored_does_not_stop_the_server(tiny_pair):
     """`nohup edgespec serve &` (SIGHUP ignored) outlives its terminal, and a shell script's background server
     (SIGINT ignored) its Ctrl-C: uvicorn, which catches SIGINT itself, leaves such a signal ignored too."""
-    s = Server("-m", tiny_pair[0], "--no-request-log", ignoring=(signal.SIGINT, signal.SIGHUP))
+    s = Server("-m", tiny_pair[0], "--no-request-log", ignore=(signal.SIGINT, signal.SIGHUP))
     try:
         for sig in (signal.SIGHUP, signal.SIGINT):
             s.proc.send_signal(sig)

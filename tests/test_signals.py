@@ -10,16 +10,15 @@ import time
 from pathlib import Path
 
 import pytest
-from http_server import signals_as_from_a_terminal
+from http_server import ignoring
 
 LONG = ["-c", "16384", "-n", "16000", "-t", "0", "--no-spec"]  # the tiny model writes for several seconds
 
 
-def start(args, env=None, ignoring=(), **kw):
-    """The program, started as a terminal's shell starts a command (http_server.signals_as_from_a_terminal)."""
+def start(args, env=None, ignore=(), **kw):
     return subprocess.Popen([sys.executable, "-m", "edgespec", *map(str, args)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, stdin=kw.pop("stdin", subprocess.DEVNULL),
-                            env={**os.environ, **(env or {})}, preexec_fn=signals_as_from_a_terminal(ignoring), **kw)
+                            env={**os.environ, **(env or {})}, preexec_fn=ignoring(ignore), **kw)
 
 
 def wait_for_output(proc, timeout=30):
@@ -104,7 +103,7 @@ def test_a_signal_the_parent_ignored_stays_ignored(tiny_pair, sig):
     Ctrl-C: a signal ignored when edgespec starts stays ignored, at start-up as later (it used to be ignored only
     until the handlers were in: 0 or 129/130 by timing)."""
     proc = start(["generate", "-m", tiny_pair[0], "-p", "Once upon a time", "-n", "1500", "-t", "0", "--no-spec"],
-                  ignoring=(sig,))
+                  ignore=(sig,))
     time.sleep(0.02)
     proc.send_signal(sig)  # while it starts
     wait_for_output(proc)
