@@ -79,11 +79,15 @@ def run(command, argv: list[str] | None, interrupted: type[BaseException], held:
     sys.exit(code)
 
 
+def ignored(signum: int) -> bool:
+    """Whether this process was started with the signal ignored: `nohup` ignores SIGHUP, a shell script starts its
+    background jobs with SIGINT ignored. That is the parent's choice and is kept (no handler of ours is put over it):
+    `nohup edgespec serve` outlives its terminal (it used to end with exit 129 when the terminal closed)."""
+    return signal.getsignal(signum) is signal.SIG_IGN
+
+
 def _catch(signum: int, handler) -> None:
-    """Handle a signal, unless this process was started with it ignored: `nohup` ignores SIGHUP, a shell script
-    starts its background jobs with SIGINT ignored. That is the parent's choice and is kept: `nohup edgespec serve`
-    outlives its terminal (it used to end with exit 129 when the terminal closed)."""
-    if signal.getsignal(signum) is not signal.SIG_IGN:
+    if not ignored(signum):
         signal.signal(signum, handler)
 
 
@@ -120,8 +124,7 @@ _CALLBACKS = {("edgespec.backend.llama", "_log_callback"), ("edgespec.backend.ll
 def held_interrupts():
     """Ctrl-C while third-party packages import (some of them catch exceptions broadly, and one was seen to swallow
     the KeyboardInterrupt: exit 0 after a full run) is held, and raised once the block is done."""
-    if threading.current_thread() is not threading.main_thread() \
-            or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # (see _catch)
+    if threading.current_thread() is not threading.main_thread() or ignored(signal.SIGINT):
         yield
         return
     got: list[int] = []

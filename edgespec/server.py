@@ -343,8 +343,9 @@ def serve(state: ServerState, load, host: str, port: int, on_ready=None) -> None
     SIGTERM: every running request gets its final chunk, and this returns. on_ready(engine, port) once loaded."""
     import uvicorn
 
-    # a signal the process was started with ignored stays ignored (exits._catch): uvicorn would catch it again
-    ignored = {s for s in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(s) is signal.SIG_IGN}
+    from .exits import ignored as started_ignoring
+
+    ignored = {s for s in (signal.SIGINT, signal.SIGTERM) if started_ignoring(s)}  # uvicorn would catch them again
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig, frame):

@@ -72,7 +72,7 @@ class _Interruptible:
         self._old = None
 
     def __enter__(self) -> "_Interruptible":
-        # (where the process was started with Ctrl-C ignored, as a script's background job is, it stays ignored)
+        # (where the process was started with Ctrl-C ignored, it stays ignored: exits.ignored)
         if threading.current_thread() is threading.main_thread() \
                 and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
             self._old = signal.signal(signal.SIGINT, self._flag)
