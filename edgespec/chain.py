@@ -114,6 +114,7 @@ class Chain(ChainTrees, ChainHandOff, ChainReading):
         rows = cap if rows is None else rows
         self._read_late(seq, cap, stats)
         self._used, self._offers, self._leaves, self._expected = [], [], None, None
+        self._check = None  # lookup's first token, where the draft model's first is to check it (_lead_check)
         self._t0 = time.perf_counter()
         for link in self.links:
             link.tree = link.alternatives = link.branch = link.offered = link.stop = link.refused = None
@@ -180,7 +181,8 @@ class Chain(ChainTrees, ChainHandOff, ChainReading):
         Learning rounds (warm-up, probe) draft >= 1 where the lead offers nothing (a probe waits for such a round).
         An explore round drafts one more than the plan where the plan drafts at all: forced drafting beside the
         lead's tokens would pay for what the lead does better (and for catching up on its tokens), which on copied
-        text cost more than the hybrid gained."""
+        text cost more than the hybrid gained. Where the plan has the lead go alone, the draft model may first check
+        the lead's first token with its own (_lead_check)."""
         policy, lead, cap = link.policy, self._used[0], r.cap
         learning = decision.reason in ("warm-up", "probe") and lead.n == 0
         k_max = min(cap, policy.k_max if self.k_max is None else self.k_max)
@@ -201,12 +203,16 @@ class Chain(ChainTrees, ChainHandOff, ChainReading):
             why = policy.declined()
             if why:
                 r.stats.fallbacks.append({"round": r.stats.n_rounds, "why": why})
+        if not learning and k == 0 and j > 0:  # lookup alone: its first token checked by the draft model's first?
+            self._check = self._lead_check(r, link, decision, j, read_s)
+            if self._check is not None:
+                j, k, most = 0, limit, limit
         if j < lead.n:
             r.cut(j)
             lead.n = j
             if j == 0:
                 self._used, r.sampled = [], False
-                r.reasons[0] = "dropped"
+                r.reasons[0] = "dropped" if self._check is None else "checked"
         return k, most
 
     def _draft(self, r: _Round, link: Link, decision: Decision, k: int, most: int | None) -> None:
@@ -231,6 +237,8 @@ class Chain(ChainTrees, ChainHandOff, ChainReading):
                     min(cap, policy.k_max if self.k_max is None else self.k_max) - len(r.tokens)
             if link.stop is not None:
                 link.stop.most = k
+                if self._check is not None:  # (its first token kept whatever its confidence: it is the check)
+                    link.stop.check, link.stop.least = self._check, max(link.stop.least, 1)
                 if link.stop.active and guide is None and decision.reason in ("cost", "explore"):
                     link.stop.hand_off = self._hand_off(r.seq, r.tokens, link)  # lookup may copy the rest
         stop = {"stop": link.stop} if link.stop is not None else {}

@@ -582,6 +582,84 @@ def test_sampled_first_three_tokens_follow_the_target_where_the_draft_hands_its_
     assert_follows(counts, expected)
 
 
+def lookup_alone(monkeypatch) -> list:
+    """The chain's plan has prompt lookup go alone in every round by cost (all its tokens kept, the draft model
+    drafting none), and every such round is checked by the draft model's first token (Chain._lead_check, whatever
+    the costs say); returns each check's answer (ConfidenceStop.agrees: True where the two agreed)."""
+    from edgespec import chain_handoff
+    from edgespec.chain import Chain
+    from edgespec.confidence import ConfidenceStop
+    from edgespec.splits import Splits
+
+    real_plan, answers, real_agrees, real_check = Splits.plan, [], ConfidenceStop.agrees, Chain._lead_check
+    checking = []
+
+    def plan(self, k, lead, n_lead, least=0, **kw):
+        return real_plan(self, k, lead, n_lead, least, **kw) if least or not n_lead else (min(n_lead, k), 0)
+
+    def lead_check(self, *args):
+        checking.append(real_check(self, *args))
+        return checking[-1]
+
+    def agrees(self, token):
+        first = bool(checking) and checking[-1] is not None and self.check == checking[-1]
+        agreed = real_agrees(self, token)
+        if first:
+            answers.append(agreed)
+            checking[-1] = None  # (the check at the round's first token: a hand-off's later check is not this)
+        return agreed
+    monkeypatch.setattr(Splits, "plan", plan)
+    monkeypatch.setattr(chain_handoff, "LEAD_CHECK_SHARE", 0.0)
+    monkeypatch.setattr(Chain, "_lead_check", lead_check)
+    monkeypatch.setattr(ConfidenceStop, "agrees", agrees)
+    return answers
+
+
+def test_greedy_identity_where_the_draft_model_checks_lookups_first_token(tiny_pair, monkeypatch):
+    # Where lookup would go alone, the draft model drafts its first token first: where it is lookup's first, lookup's
+    # continuation takes the round on; else the draft model drafts on. The text is the target's all the same.
+    answers = lookup_alone(monkeypatch)
+    e = tail_engine(tiny_pair)
+    for prompt in REPEATING + PROMPTS:
+        tokens = e.tokenize(prompt)
+        plain = e.generate(tokens, max_tokens=48, speculative=False)
+        r = e.generate(tokens, max_tokens=48)
+        assert_identical_or_near_tie(e.model, tokens, plain.tokens, r.tokens, 8)
+    e.close()
+    assert sum(answers) >= 3 and len(answers) - sum(answers) >= 3, (sum(answers), len(answers))
+
+
+class Leads(PromptLookupProposer):
+    """Lookup that offers one fixed guess at every round, from a match of 3 tokens, and continues it with another:
+    the target's likeliest second and third tokens after the sampled tests' prompt."""
+
+    def propose(self, seq, k, sampling, rng, guide=None):
+        self._extend(seq)
+        return Proposal([LEADS[0]][:k], None, ["lookup"][:k], key="lookup:3")
+
+    def match_after(self, seq, extra, k):
+        return LEADS[1:1 + k], "lookup:3"
+
+
+LEADS = (34, 89)
+
+
+def test_sampled_first_three_tokens_follow_the_target_where_the_draft_model_checks_lookups_first(tiny_pair,
+                                                                                                 monkeypatch):
+    # The round after the first (a plain step) would be lookup's guess alone; the draft model draws its own first
+    # token and, where that is lookup's guess, lookup's continuation follows it, else the draft model drafts on.
+    # Lookup's tokens are deterministic given the text before them (q one-hot), the draft's carry its q, and what
+    # the check compares is never the target's: the first three tokens against the exact joint.
+    answers = lookup_alone(monkeypatch)
+    e = tail_engine(tiny_pair, Leads())
+    policy = e.policy(e.proposer.draft)
+    policy.k_max, policy.cost.n_observed = 3, 100  # (past the warm-up: lookup alone would never end it)
+    counts, expected = first_two_counts(e, e.tokenize("the cat the cat the"), TOP5, 4000, n=3, max_tokens=4)
+    e.close()
+    assert sum(answers) >= 100 and len(answers) - sum(answers) >= 100, (sum(answers), len(answers))
+    assert_follows(counts, expected)
+
+
 def test_a_calibration_that_refuses_every_token_learns_from_the_refused_tokens_and_drafts_again(tiny_pair):
     # Verify rows cheap, a draft step cheaper: drafting pays by the cost model, but the calibration starts out
     # saying no token passes at any confidence, so the draft's confidence refuses each round's first token. A
