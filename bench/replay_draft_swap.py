@@ -10,14 +10,20 @@ replay-memory-q4_0-draft.json (`bench/replay.py run --draft-costs-from`). 8 seed
     .venv/bin/python bench/replay_draft_swap.py --out DIR [--settings main-recorded,held-mb,...]
     .venv/bin/python bench/replay_ensemble.py --from DIR      # the report: the hybrid before and after, paired
 
+With --against REV both sides run with the Q4_0 copy, before/ with REV's engine (a git worktree) and after/ with this
+tree's: a change to the policies judged with the cheaper draft, as replay_ensemble.py --against judges it with the
+draft as fetched (bench/results/replay-runs/ensemble-lead-check.log).
+
 Results: bench/results/replay-runs/draft-format-ensembles.log. Run it alone (two replays at a time, about 8 minutes
 for the 17 settings); the figures are virtual seconds and do not depend on the machine's load.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -44,14 +50,17 @@ def after(options: list[str]) -> list[str]:
     return (out if "--costs-from" in options else out + ["--costs-from", RETIMED]) + ["--draft-costs-from", Q4_0]
 
 
-def replay(which: str, setting: str, seed: int, out: Path) -> None:
-    options = (before if which == "before" else after)(SETTINGS[setting])
+def replay(which: str, setting: str, seed: int, out: Path, engine: Path = ROOT, draft: str | None = None) -> None:
+    """One replay into out/WHICH/SETTING-SEED.json: the draft as `draft` says ("before": as fetched, "after": the Q4_0
+    copy; default: as `which`), with the engine under `engine`."""
+    options = (before if (draft or which) == "before" else after)(SETTINGS[setting])
     name = out / which / f"{setting}-{seed}"
-    cmd = [str(ROOT / ".venv/bin/python"), "bench/replay.py", "run", *options, "-n", "64", "--modes", MODES,
-           "--noise", "0.02", "--seed", str(seed), "--json", f"{name}.json"]
+    cmd = [str(ROOT / ".venv/bin/python"), str(engine / "bench/replay.py"), "run", *options, "-n", "64", "--modes",
+           MODES, "--noise", "0.02", "--seed", str(seed), "--json", f"{name}.json"]
     with open(f"{name}.log", "w") as log:
         print(" ".join(cmd), file=log, flush=True)
-        if subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT).returncode:
+        if subprocess.run(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(engine)}, stdout=log,
+                          stderr=subprocess.STDOUT).returncode:
             raise SystemExit(f"replay_draft_swap: the replay {which} {setting} seed {seed} failed; see {name}.log")
 
 
@@ -59,16 +68,29 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--settings", default=",".join(DEFAULT))
+    ap.add_argument("--against", metavar="REV", help="both sides with the Q4_0 copy: before/ REV's engine, after/ "
+                    "this tree's")
     args = ap.parse_args()
     settings = args.settings.split(",")
     if unknown := [s for s in settings if s not in DEFAULT]:
         sys.exit(f"replay_draft_swap: not a setting of the F16 pair's ensembles: {', '.join(unknown)}")
     for which in ("before", "after"):
         (args.out / which).mkdir(parents=True, exist_ok=True)
-    with ThreadPoolExecutor(2) as pool:
-        for f in [pool.submit(replay, w, s, seed, args.out) for s in settings for seed in range(8)
-                  for w in ("before", "after")]:
-            f.result()
+    base = None
+    if args.against:
+        base = Path(tempfile.mkdtemp(prefix="replay-draft-swap-base."))
+        added = subprocess.run(["git", "worktree", "add", "-q", "--detach", str(base), args.against], cwd=ROOT,
+                               capture_output=True, text=True)
+        if added.returncode:
+            sys.exit(f"replay_draft_swap: no revision {args.against!r} here ({added.stderr.strip()})")
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            for f in [pool.submit(replay, w, s, seed, args.out, *((base, "after") if base and w == "before" else ()))
+                      for s in settings for seed in range(8) for w in ("before", "after")]:
+                f.result()
+    finally:
+        if base is not None:
+            subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT, check=True)
     print(f"replays in {args.out}; the report: .venv/bin/python bench/replay_ensemble.py --from {args.out}")
 
 

@@ -416,11 +416,11 @@ def test_replay_ensemble_tells_a_systematic_shortfall_from_a_path(tmp_path):
         assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and says in bad.stderr, bad.stderr
 
 
-def test_replay_draft_swap_changes_the_draft_alone(monkeypatch):
+def test_replay_draft_swap_changes_the_draft_alone(monkeypatch, tmp_path):
     """bench/replay_draft_swap.py: in every setting it replays, before and after share the target's costs (the retimed
     recording's), after reads the Q4_0 twin of every recording and the Q4_0 draft's costs, the other options stay as
-    bench/replay_settings.py has them, and every file named is in the repository; a setting it does not replay is one
-    line, exit 1."""
+    bench/replay_settings.py has them, and every file named is in the repository; a setting it does not replay, or a
+    revision --against cannot find, is one line, exit 1."""
     import subprocess
     import sys
 
@@ -444,6 +444,10 @@ def test_replay_draft_swap_changes_the_draft_alone(monkeypatch):
     bad = subprocess.run([sys.executable, str(root / "bench" / "replay_draft_swap.py"), "--out", "/nonexistent/x",
                           "--settings", "smollm-switch"], capture_output=True, text=True)
     assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "smollm-switch" in bad.stderr, bad.stderr
+    bad = subprocess.run([sys.executable, str(root / "bench" / "replay_draft_swap.py"), "--out", str(tmp_path),
+                          "--settings", "main-recorded", "--against", "no-such-revision"], capture_output=True, text=True)
+    assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "no-such-revision" in bad.stderr, bad.stderr
+    assert not list(tmp_path.glob("*/*.json"))  # (nothing replayed)
 
 
 def test_replay_ensemble_stops_on_ctrl_c_with_one_line(tmp_path):
