@@ -20,13 +20,14 @@ for the 17 settings); the figures are virtual seconds and do not depend on the m
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from replay_ensemble import engine_at
 from replay_settings import ENSEMBLE, JUDGING, MODES, MORE, SESSIONS, SETTINGS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,21 +77,11 @@ def main() -> None:
         sys.exit(f"replay_draft_swap: not a setting of the F16 pair's ensembles: {', '.join(unknown)}")
     for which in ("before", "after"):
         (args.out / which).mkdir(parents=True, exist_ok=True)
-    base = None
-    if args.against:
-        base = Path(tempfile.mkdtemp(prefix="replay-draft-swap-base."))
-        added = subprocess.run(["git", "worktree", "add", "-q", "--detach", str(base), args.against], cwd=ROOT,
-                               capture_output=True, text=True)
-        if added.returncode:
-            sys.exit(f"replay_draft_swap: no revision {args.against!r} here ({added.stderr.strip()})")
-    try:
+    with engine_at(args.against, "replay_draft_swap") if args.against else contextlib.nullcontext() as base:
         with ThreadPoolExecutor(2) as pool:
             for f in [pool.submit(replay, w, s, seed, args.out, *((base, "after") if base and w == "before" else ()))
                       for s in settings for seed in range(8) for w in ("before", "after")]:
                 f.result()
-    finally:
-        if base is not None:
-            subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT, check=True)
     print(f"replays in {args.out}; the report: .venv/bin/python bench/replay_ensemble.py --from {args.out}")
 
 

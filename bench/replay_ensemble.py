@@ -23,6 +23,7 @@ Bad input, or a replay that fails, is one line and exit 1; Ctrl-C stops it after
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -31,10 +32,25 @@ import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Iterator
 
 from replay_settings import ENSEMBLE, JUDGING, MORE, MODES, SESSIONS, SETTINGS
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+@contextlib.contextmanager
+def engine_at(rev: str, program: str) -> Iterator[Path]:
+    """A git worktree of revision rev (its engine: PYTHONPATH), removed after; no such revision: one line, exit 1."""
+    base = Path(tempfile.mkdtemp(prefix=f"{program}-base."))
+    added = subprocess.run(["git", "worktree", "add", "-q", "--detach", str(base), rev], cwd=ROOT,
+                           capture_output=True, text=True)
+    if added.returncode:
+        sys.exit(f"{program}: no revision {rev!r} here ({added.stderr.strip()})")
+    try:
+        yield base
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT, check=True)
 
 
 def replay(root: Path, setting: str, seed: int, noise: float, out: Path) -> None:
@@ -212,15 +228,8 @@ def main() -> None:
     else:
         out = args.out or Path(tempfile.mkdtemp(prefix="replay-ensemble."))
         if args.against:
-            base = Path(tempfile.mkdtemp(prefix="replay-ensemble-base."))
-            added = subprocess.run(["git", "worktree", "add", "-q", "--detach", str(base), args.against], cwd=ROOT,
-                                   capture_output=True, text=True)
-            if added.returncode:
-                sys.exit(f"replay_ensemble: no revision {args.against!r} here ({added.stderr.strip()})")
-            try:
+            with engine_at(args.against, "replay_ensemble") as base:
                 run_all(base, settings, args.seeds, args.noise, out / "before", args.jobs)
-            finally:
-                subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT, check=True)
         run_all(ROOT, settings, args.seeds, args.noise, out / "after", args.jobs)
     before = summary(load(out / "before")) if (out / "before").is_dir() else None
     show(summary(load(out / "after")), before)

@@ -476,6 +476,16 @@ class Quotes(PromptLookupProposer):
         return [89][:k], f"lookup:{self.n}"
 
 
+def identical_to_plain(e, prompts) -> None:
+    """Each prompt generated greedily (48 tokens) with the engine's speculation and without: the same text, or a
+    near-tie proven."""
+    for prompt in prompts:
+        tokens = e.tokenize(prompt)
+        plain = e.generate(tokens, max_tokens=48, speculative=False)
+        r = e.generate(tokens, max_tokens=48)
+        assert_identical_or_near_tie(e.model, tokens, plain.tokens, r.tokens, 8)
+
+
 def tail_rounds(stats) -> int:
     return sum(n for why, n in stats.rounds_by_reason.items() if "tail" in why.split("+"))
 
@@ -553,11 +563,7 @@ def test_greedy_identity_where_the_draft_model_hands_its_round_on_to_lookup(tiny
     # is lookup's next (else it drafts on). The text is the target's all the same.
     verdicts, checks = counting_hand_offs(monkeypatch), counting_checks(monkeypatch, always_checked)
     e = tail_engine(tiny_pair)
-    for prompt in REPEATING + PROMPTS:
-        tokens = e.tokenize(prompt)
-        plain = e.generate(tokens, max_tokens=48, speculative=False)
-        r = e.generate(tokens, max_tokens=48)
-        assert_identical_or_near_tie(e.model, tokens, plain.tokens, r.tokens, 8)
+    identical_to_plain(e, REPEATING + PROMPTS)
     e.close()
     assert sum(verdicts) >= 5 and not all(verdicts), (sum(verdicts), len(verdicts))
     if always_checked:  # both ways taken: handed on after the check, and drafting on past a disagreement
@@ -620,11 +626,7 @@ def test_greedy_identity_where_the_draft_model_checks_lookups_first_token(tiny_p
     # continuation takes the round on; else the draft model drafts on. The text is the target's all the same.
     answers = lookup_alone(monkeypatch)
     e = tail_engine(tiny_pair)
-    for prompt in REPEATING + PROMPTS:
-        tokens = e.tokenize(prompt)
-        plain = e.generate(tokens, max_tokens=48, speculative=False)
-        r = e.generate(tokens, max_tokens=48)
-        assert_identical_or_near_tie(e.model, tokens, plain.tokens, r.tokens, 8)
+    identical_to_plain(e, REPEATING + PROMPTS)
     e.close()
     assert sum(answers) >= 3 and len(answers) - sum(answers) >= 3, (sum(answers), len(answers))
 
