@@ -188,7 +188,7 @@ class Chain(ChainTrees, ChainHandOff, ChainReading):
         k_max = min(cap, policy.k_max if self.k_max is None else self.k_max)
         limit = decision.k if learning else k_max
         read_s = getattr(link.part, "read_s", None) or 0.0  # a model must first read what it missed
-        behind = _behind(link.part, r.seq) if read_s else 0
+        behind = _behind(link.part, r.seq)  # (priced by read_s; with none yet, reading costs the plan nothing)
         j, k = policy.plan(limit, lead.policy.keyed(lead.key), lead.n, least=int(learning), behind=behind,
                            read_s=read_s, horizon=max(1, min(CATCH_UP_HORIZON, cap)), first=lead.policy.text_factor())
         if decision.reason == "explore" and k > 0 and j + k < limit:
@@ -204,7 +204,7 @@ class Chain(ChainTrees, ChainHandOff, ChainReading):
             if why:
                 r.stats.fallbacks.append({"round": r.stats.n_rounds, "why": why})
         if not learning and k == 0 and j > 0:  # lookup alone: its first token checked by the draft model's first?
-            self._check = self._lead_check(r, link, decision, j, read_s)
+            self._check = self._lead_check(r, link, decision, j, behind, read_s)
             if self._check is not None:
                 j, k, most = 0, limit, limit
         if j < lead.n:

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from .chain_reading import _behind
-
 if TYPE_CHECKING:
     from .chain import Link
 
@@ -92,11 +90,12 @@ class ChainHandOff:
             return True
         return hand_off
 
-    def _lead_check(self, r, link: Link, decision, j: int, read_s: float) -> int | None:
+    def _lead_check(self, r, link: Link, decision, j: int, behind: int, read_s: float) -> int | None:
         """Where the plan has prompt lookup go alone this round (its first j tokens, the draft model drafting none):
         whether the draft model drafts its first token first, to check lookup's (ConfidenceStop.check). Where the
         two agree the round goes on to lookup's continuation after it (_tail); else the draft model drafts on by its
-        confidence. Returns lookup's first token where it checks, else None. Counted over the recorded texts, the
+        confidence (behind: the tokens the draft model must read first). Returns lookup's first token where it
+        checks, else None. Counted over the recorded texts, the
         target took lookup's first token 95-97% of the time where the draft model would have drafted it too, and
         4-6% where it would not (docs/performance.md, 2026-12-06, midday): a lead that fails at its first token is
         mostly one the draft model would have told apart.
@@ -117,7 +116,7 @@ class ChainHandOff:
         as at 0.25."""
         lead, c = self.links[0], link.policy.cost
         if decision.reason not in ("cost", "explore") or r.guide is not None or self.tree_width > 1 or \
-                not self._measures(link, decision) or _behind(link.part, r.seq) > CHECK_BEHIND:
+                not self._measures(link, decision) or behind > CHECK_BEHIND:
             return None
         plain, rows, step = c.t_verify(1), c.t_verify(j + 1), link.policy.step_s or c.t_draft(1)
         if plain is None or rows is None or step is None or c.best_k(1)[1] is None:  # (else no ConfidenceStop)
