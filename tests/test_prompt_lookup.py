@@ -117,7 +117,8 @@ def chat(*turns, role=(ASSISTANT,)):
 @pytest.mark.parametrize("role", [(ASSISTANT,), (15, 16, 17)])  # "assistant" as one token or three
 def test_an_answer_does_not_begin_by_copying_the_last_answer_after_the_same_header(role):
     history = chat([9, 8, 7], [11, 12, 13, 14], [9, 8], role=role)
-    blind, aware = PromptLookupProposer(n_max=4, n_min=2), PromptLookupProposer(n_max=4, n_min=2, control=[S, END])
+    blind = PromptLookupProposer(n_max=4, n_min=2)
+    aware = PromptLookupProposer(n_max=4, n_min=2, control=[S, END], ends=[END])
     for p in (blind, aware):
         p.begin(history)
     assert propose(blind, history, 4) == [11, 12, 13, 14]  # the header matched: the last answer's start
@@ -129,7 +130,7 @@ def test_an_answer_does_not_begin_by_copying_the_last_answer_after_the_same_head
     # the answer's own text matches as always: here what the user wrote (after a newline, as this answer)
     history = chat([9, 8, 7], [11, 12, 13, 14], [9, 8], role=role)
     aware.begin(history)
-    assert propose(aware, history + [9], 4) == [8, END, NL, S]
+    assert propose(aware, history + [9], 4) == [8, END]  # (what follows the end of the turn copied: the next header)
 
 
 def test_text_after_a_control_token_is_text_when_the_stretch_differs_or_is_long():
@@ -138,10 +139,32 @@ def test_text_after_a_control_token_is_text_when_the_stretch_differs_or_is_long(
     p = PromptLookupProposer(n_max=3, n_min=2, control=[S])
     seq = [7, 8, 9, S, 7, 8]  # [7, 8] at the text's start: not after a control token
     p.begin(seq)
-    assert propose(p, seq, 2) == [9, S]  # what follows a match may be anything, a control token too
+    assert propose(p, seq, 2) == [9]  # (a copy ends before a control token that does not end a generation)
     long = [S, *range(20, 20 + HEADER), 3, S, *range(20, 20 + HEADER)]  # the same long stretch after a marker
     p.begin(long)
-    assert propose(p, long, 2) == [3, S]  # longer than a header: text repeating itself
+    assert propose(p, long, 2) == [3]  # longer than a header: text repeating itself
+
+
+def test_a_copy_ends_at_the_end_of_the_turn_it_copies():
+    # The user's question [9, 8, 7] ends its turn: a match of its words copies them up to that turn's end (an
+    # answer may end where the question did: the end-of-generation token stays), never into the next header.
+    history = chat([9, 8, 7])
+    p = PromptLookupProposer(n_max=4, n_min=2, control=[S, END], ends=[END])
+    p.begin(history)
+    seq = history + [9, 8]
+    assert propose(p, seq, 8) == [7, END]
+    assert p.match_after(history, [9, 8], 8) == ([7, END], "lookup:2")
+    assert p.match_tree(8, 3)[0].tokens == [7, END]
+    # a control token that ends nothing is not offered: the match right before it is no match at all, and a
+    # shorter one is taken where there is one
+    p = PromptLookupProposer(n_max=3, n_min=2, control=[S, END], ends=[END])
+    text = [4, 5, 6, S, 5, 6, 3, 1]
+    p.begin(text)
+    assert propose(p, text + [5, 6], 2) == [3, 1] and p.match(2)[1] == 2
+    p.begin(text)
+    assert propose(p, text + [4, 5, 6], 2) == [3, 1]  # [4, 5, 6] is followed by S: [5, 6] by 3
+    p.begin(text[:4])
+    assert propose(p, text[:4] + [4, 5, 6], 4) == []
 
 
 def test_no_control_tokens_no_change():
