@@ -65,22 +65,31 @@ class ChainHandOff:
         extraction's answer copies a field from the passage, then leaves it where the passage goes on: lookup
         continues the passage, the draft model the format (replayed with a memory-bound target, extraction on the
         second set 0.951 to 0.997 of the draft model alone; on a flat curve, where rows cost little, nothing is
-        checked). Rounds by cost only: a learning round's length is what it measures. None: no lead to hand off
-        to."""
+        checked). And only to a copy that runs on for those HAND_OFF_ROWS tokens (or the round's room) before the
+        copied text ends (PromptLookupProposer._copy): an answer that quotes a question up to its last word goes its
+        own way where the question ends ("The chemical symbol for gold" copied on to "?", where the draft model goes
+        on to " is Au."), and a round handed to such a copy ended there, one token short of the draft model's own
+        (replayed with the Q4_0 draft: the built-in factual answers, in the six settings where they were furthest
+        behind, from 0.888-0.905 of the draft model alone per token to 0.923-0.975; docs/performance.md,
+        2026-12-07, session six). Rounds by cost only: a
+        learning round's length is what it measures. None: no lead to hand off to."""
         lead = self.links[0]
         if len(self.links) < 2 or link is lead or self.tree_width > 1 or not lead.policy.free or \
                 not hasattr(lead.part, "match_after"):
             return None
         before, cost, stop = list(before), link.policy.cost, link.stop
+        ends = getattr(lead.part, "ends", frozenset())
 
         def hand_off(drafted: Sequence[int]) -> bool:
-            offered, key = lead.part.match_after(seq, [*before, *drafted], 1)
+            r = max(1, min(HAND_OFF_ROWS, stop.most - len(drafted)))
+            offered, key = lead.part.match_after(seq, [*before, *drafted], r)
             if not offered or int(key.split(":")[1]) < HAND_OFF_MATCH:  # (key: "lookup:N" or "lookup:N:own")
                 return False
+            if len(offered) < r or offered[-1] in ends:  # the copied text ends within r: no quotation to carry
+                return False  # the round on, and where a question ends, an answer goes its own way
             tail = lead.policy.keyed(f"{key}:tail").acceptances(1)[0]
             mine = cost.acceptances(len(drafted) + 1)[-1]
             rows = len(before) + len(drafted) + 1
-            r = max(1, min(HAND_OFF_ROWS, stop.most - len(drafted)))
             start, end = cost.t_verify(rows), cost.t_verify(rows + r)
             row = max(0.0, end - start) / r if start is not None and end is not None else 0.0
             read = getattr(link.part, "read_s", None) or 0.0

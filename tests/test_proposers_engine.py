@@ -462,7 +462,8 @@ def tail_engine(tiny_pair, lookup=None):
 
 class Quotes(PromptLookupProposer):
     """Lookup with no match of its own (the draft model goes first) that continues any draft with one fixed guess,
-    the target's likeliest third token after the sampled tests' prompt, from a match of n tokens."""
+    the target's likeliest third token after the sampled tests' prompt, from a match of n tokens (repeated: a copy
+    that runs on, as a hand-off asks of one)."""
 
     def __init__(self, n: int) -> None:
         super().__init__()
@@ -473,7 +474,7 @@ class Quotes(PromptLookupProposer):
         return Proposal([], None, [], key="lookup:0")
 
     def match_after(self, seq, extra, k):
-        return [89][:k], f"lookup:{self.n}"
+        return [89] * k, f"lookup:{self.n}"
 
 
 def identical_to_plain(e, prompts) -> None:
@@ -586,6 +587,42 @@ def test_sampled_first_three_tokens_follow_the_target_where_the_draft_hands_its_
     if always_checked:
         assert sum(checks) >= 100 and len(checks) - sum(checks) >= 100, (sum(checks), len(checks))
     assert_follows(counts, expected)
+
+
+class EndingQuotes(Quotes):
+    """Quotes whose copy ends after its guess: the end of the copied turn (an end-of-generation token), as where an
+    answer quotes a question up to its last word and then goes its own way."""
+
+    def match_after(self, seq, extra, k):
+        return [89, *self.ends][:k], f"lookup:{self.n}"
+
+
+@pytest.mark.parametrize("copy", [Quotes, EndingQuotes])
+def test_the_draft_model_hands_its_round_on_only_to_a_copy_that_runs_on(tiny_pair, monkeypatch, copy):
+    # The hand-off's setting (a match of 3 after the draft model's first token, lookup's guess the target's
+    # likeliest third token): where lookup's copy runs on the draft model hands its round on; where the copied turn
+    # ends right after the guess, lookup cannot carry the round and the draft model drafts on (Chain._hand_off).
+    from edgespec.chain import Chain
+    from edgespec.proposers import DraftModelProposer
+
+    monkeypatch.setattr(DraftModelProposer, "step_s", property(lambda self: 0.05))  # (as counting_hand_offs)
+    verdicts, real = [], Chain._hand_off  # (whether it handed on, where the round had room for 2 tokens more)
+
+    def counted(self, seq, before, link):
+        decide = real(self, seq, before, link)
+        return None if decide is None else \
+            lambda drafted: verdicts.append(decide(drafted)) or verdicts[-1] if link.stop.most - len(drafted) >= 2 \
+            else decide(drafted)
+    monkeypatch.setattr(Chain, "_hand_off", counted)
+    e = tail_engine(tiny_pair, copy(3))
+    e.proposer.lookup.ends = frozenset(e.model.eog_ids)
+    e.policy(e.proposer.draft).k_max = 6  # (room in the round for more than the copy)
+    prompt = e.tokenize("the cat the cat the")
+    for seed in range(200):
+        e.generate(prompt, sampling=edgespec.SamplingConfig(**TOP5, seed=seed), max_tokens=8)
+    e.close()
+    assert len(verdicts) >= 100, len(verdicts)
+    assert sum(verdicts) >= 50 if copy is Quotes else not any(verdicts), (sum(verdicts), len(verdicts))
 
 
 def lookup_alone(monkeypatch) -> list:
