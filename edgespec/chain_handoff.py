@@ -71,8 +71,8 @@ class ChainHandOff:
         on to " is Au."), and a round handed to such a copy ended there, one token short of the draft model's own
         (replayed with the Q4_0 draft: the built-in factual answers, in the six settings where they were furthest
         behind, from 0.888-0.905 of the draft model alone per token to 0.923-0.975; docs/performance.md,
-        2026-12-07, session six). Rounds by cost only: a
-        learning round's length is what it measures. None: no lead to hand off to."""
+        2026-12-07, session six). Rounds by cost only: a learning round's length is what it measures. None: no lead
+        to hand off to."""
         lead = self.links[0]
         if len(self.links) < 2 or link is lead or self.tree_width > 1 or not lead.policy.free or \
                 not hasattr(lead.part, "match_after"):

@@ -610,9 +610,15 @@ def test_the_draft_model_hands_its_round_on_only_to_a_copy_that_runs_on(tiny_pai
 
     def counted(self, seq, before, link):
         decide = real(self, seq, before, link)
-        return None if decide is None else \
-            lambda drafted: verdicts.append(decide(drafted)) or verdicts[-1] if link.stop.most - len(drafted) >= 2 \
-            else decide(drafted)
+        if decide is None:
+            return None
+
+        def hand_off(drafted):
+            verdict = decide(drafted)
+            if link.stop.most - len(drafted) >= 2:
+                verdicts.append(verdict)
+            return verdict
+        return hand_off
     monkeypatch.setattr(Chain, "_hand_off", counted)
     e = tail_engine(tiny_pair, copy(3))
     e.proposer.lookup.ends = frozenset(e.model.eog_ids)
