@@ -79,6 +79,31 @@ def test_smollm_lookup_does_not_start_an_answer_with_a_copy_of_the_last_one():
 
 
 @pytest.mark.realmodel
+def test_smollm_lookup_copies_up_to_the_end_of_the_turn_and_the_text_is_plains(monkeypatch):
+    # Answers that repeat what the user wrote: lookup copies it, and its copy ends with the user's turn, the
+    # end-of-generation token offered (an answer may end there) and nothing of the next header after it. Greedy,
+    # the texts are plain decoding's.
+    from edgespec.proposers import PromptLookupProposer
+
+    copies, real = [], PromptLookupProposer._copy
+
+    def copy(self, end, k):
+        tokens = real(self, end, k)
+        copies.append(tokens)
+        return tokens
+    monkeypatch.setattr(PromptLookupProposer, "_copy", copy)
+    prompts = ["Repeat exactly, with nothing else: The quick brown fox jumps over the lazy dog.",
+               "Repeat exactly, with nothing else: Rain in the morning, sun in the afternoon, wind at night."]
+    with edgespec.Engine.load(default_model.path(), lookup=True, n_ctx=1024, draft_max=8, adaptive=False) as engine:
+        ties = run_identity(engine, prompts, 8, max_tokens=48, adaptive=False)[0]
+        control, ends = engine.proposer.control, engine.proposer.ends
+    assert len(ties) < len(prompts)
+    assert ends and all(not set(c[:-1]) & control and (not c or c[-1] not in control or c[-1] in ends)
+                        for c in copies)
+    assert any(c and c[-1] in ends for c in copies)  # a copy that reached the end of the user's turn
+
+
+@pytest.mark.realmodel
 def test_smollm_cannot_draft_for_qwen(smollm_pair):
     qwen = bench_dir() / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
     if not qwen.exists():
