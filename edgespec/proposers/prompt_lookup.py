@@ -144,11 +144,11 @@ class PromptLookupProposer(WithoutModel):
             end = self._index.get(gram)
             if end is None:
                 continue
-            ends = [e for e in [end, *reversed(self._earlier.get(gram, ()))] if not self._in_header(e) and
-                    self._copy(e, k)]
-            if ends and not longest:
-                longest, first = n, ends[0]
-            for e in ends:
+            places = [e for e in [end, *reversed(self._earlier.get(gram, ()))] if not self._in_header(e) and
+                      self._copy(e, k)]
+            if places and not longest:
+                longest, first = n, places[0]
+            for e in places:
                 wider = tree.copy()
                 wider.add_path(-1, self._copy(e, k), "lookup")
                 if len(wider.leaves()) <= width:
