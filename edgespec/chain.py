@@ -15,7 +15,7 @@ from typing import Sequence
 import numpy as np
 
 from .backend import common_prefix
-from .chain_handoff import ChainHandOff
+from .chain_handoff import HAND_OFF_ROWS, ChainHandOff
 from .chain_reading import ChainReading, _behind
 from .chain_trees import ChainTrees
 from .costs import CATCH_UP_HORIZON
@@ -207,6 +207,8 @@ class Chain(ChainTrees, ChainHandOff, ChainReading):
             self._check = self._lead_check(r, link, decision, j, behind, read_s)
             if self._check is not None:
                 j, k, most = 0, limit, limit
+                if not self._runs_on(lead.offered or [], min(1 + HAND_OFF_ROWS, limit), lead.part):
+                    self._check = None  # a copy that ends: the draft model's own round (_lead_check)
         if j < lead.n:
             r.cut(j)
             lead.n = j

@@ -78,15 +78,14 @@ class ChainHandOff:
                 not hasattr(lead.part, "match_after"):
             return None
         before, cost, stop = list(before), link.policy.cost, link.stop
-        ends = getattr(lead.part, "ends", frozenset())
 
         def hand_off(drafted: Sequence[int]) -> bool:
             r = max(1, min(HAND_OFF_ROWS, stop.most - len(drafted)))
             offered, key = lead.part.match_after(seq, [*before, *drafted], r)
             if not offered or int(key.split(":")[1]) < HAND_OFF_MATCH:  # (key: "lookup:N" or "lookup:N:own")
                 return False
-            if len(offered) < r or offered[-1] in ends:  # the copied text ends within r: no quotation to carry
-                return False  # the round on, and where a question ends, an answer goes its own way
+            if not self._runs_on(offered, r, lead.part):  # no quotation to carry the round on: where a question
+                return False  # ends, an answer goes its own way
             tail = lead.policy.keyed(f"{key}:tail").acceptances(1)[0]
             mine = cost.acceptances(len(drafted) + 1)[-1]
             rows = len(before) + len(drafted) + 1
@@ -122,7 +121,14 @@ class ChainHandOff:
         the Q4_0 draft's 17 settings the hybrid's categories short of its better part went from 48 to 33 of 207 per
         token and 58 to 49 end to end, over the default seven (the Q4_K_M draft) 13 to 8 and 25 to 26 of 83. At the
         full step (a share of 1) 36 and 51, 10 and 26; at 2, 46 and 55, 12 and 28; at 0 (every such round checked)
-        as at 0.25."""
+        as at 0.25.
+
+        Where lookup's offer (up to the round's length) ends with the copied turn or runs fewer than 1 +
+        HAND_OFF_ROWS tokens (or the round's room: _runs_on), an agreed first token would hand the round to a copy
+        that cannot carry it (an answer that quotes a question up to its "?"): there the caller (Chain._split) makes
+        the round the draft model's own, unchecked. Replayed with the Q4_0
+        draft (17 settings), the categories short of the better part went from 29 to 22 of 207 per token and 49 to
+        44 end to end, passages and factual answers most (docs/performance.md, 2026-12-07, session six)."""
         lead, c = self.links[0], link.policy.cost
         if decision.reason not in ("cost", "explore") or r.guide is not None or self.tree_width > 1 or \
                 not self._measures(link, decision) or behind > CHECK_BEHIND:
@@ -132,6 +138,12 @@ class ChainHandOff:
             return None
         a = lead.policy.keyed(lead.key).acceptances(1)[0] * lead.policy.text_factor()
         return r.tokens[lead.start] if (1 - a) * (rows - plain) >= LEAD_CHECK_SHARE * (step - read_s) else None
+
+    @staticmethod
+    def _runs_on(copy: Sequence[int], r: int, part) -> bool:
+        """Whether prompt lookup's copy (up to r tokens asked) runs on for r tokens before the copied text ends:
+        PromptLookupProposer._copy stops at the copied turn's end, offering its end-of-generation token."""
+        return len(copy) >= r and copy[-1] not in getattr(part, "ends", ())
 
     @staticmethod
     def _checked(tail: float, rows_s: float, step_s: float, read_s: float) -> bool:

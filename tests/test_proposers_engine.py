@@ -640,15 +640,16 @@ def lookup_alone(monkeypatch) -> list:
     from edgespec.confidence import ConfidenceStop
     from edgespec.splits import Splits
 
-    real_plan, answers, real_agrees, real_check = Splits.plan, [], ConfidenceStop.agrees, Chain._lead_check
+    real_plan, answers, real_agrees, real_split = Splits.plan, [], ConfidenceStop.agrees, Chain._split
     checking = []
 
     def plan(self, k, lead, n_lead, least=0, **kw):
         return real_plan(self, k, lead, n_lead, least, **kw) if least or not n_lead else (min(n_lead, k), 0)
 
-    def lead_check(self, *args):
-        checking.append(real_check(self, *args))
-        return checking[-1]
+    def split(self, *args):
+        out = real_split(self, *args)
+        checking.append(self._check)  # (the check the round keeps: none where lookup's copy soon ends)
+        return out
 
     def agrees(self, token):
         first = bool(checking) and checking[-1] is not None and self.check == checking[-1]
@@ -659,7 +660,7 @@ def lookup_alone(monkeypatch) -> list:
         return agreed
     monkeypatch.setattr(Splits, "plan", plan)
     monkeypatch.setattr(chain_handoff, "LEAD_CHECK_SHARE", 0.0)
-    monkeypatch.setattr(Chain, "_lead_check", lead_check)
+    monkeypatch.setattr(Chain, "_split", split)
     monkeypatch.setattr(ConfidenceStop, "agrees", agrees)
     return answers
 
@@ -675,12 +676,14 @@ def test_greedy_identity_where_the_draft_model_checks_lookups_first_token(tiny_p
 
 
 class Leads(PromptLookupProposer):
-    """Lookup that offers one fixed guess at every round, from a match of 3 tokens, and continues it with another:
-    the target's likeliest second and third tokens after the sampled tests' prompt."""
+    """Lookup that offers one fixed guess at every round, from a match of 3 tokens, and continues it with another
+    (repeated: a copy that runs on): the target's likeliest second and third tokens after the sampled tests'
+    prompt."""
 
     def propose(self, seq, k, sampling, rng, guide=None):
         self._extend(seq)
-        return Proposal([LEADS[0]][:k], None, ["lookup"][:k], key="lookup:3")
+        tokens = [LEADS[0], *[LEADS[1]] * (k - 1)][:k]
+        return Proposal(tokens, None, ["lookup"] * len(tokens), key="lookup:3")
 
     def match_after(self, seq, extra, k):
         return LEADS[1:1 + k], "lookup:3"
@@ -702,6 +705,40 @@ def test_sampled_first_three_tokens_follow_the_target_where_the_draft_model_chec
     counts, expected = first_two_counts(e, e.tokenize("the cat the cat the"), TOP5, 4000, n=3, max_tokens=4)
     e.close()
     assert sum(answers) >= 100 and len(answers) - sum(answers) >= 100, (sum(answers), len(answers))
+    assert_follows(counts, expected)
+
+
+class EndingLeads(Leads):
+    """Leads whose copy ends right after its guess: the copied turn's end (an end-of-generation token)."""
+
+    def propose(self, seq, k, sampling, rng, guide=None):
+        self._extend(seq)
+        tokens = [LEADS[0], *self.ends][:k]
+        return Proposal(tokens, None, ["lookup"] * len(tokens), key="lookup:3")
+
+
+def test_sampled_first_three_tokens_follow_the_target_where_lookups_copy_ends_and_the_draft_model_drafts(
+        tiny_pair, monkeypatch):
+    # As above, but lookup's copy ends right after its guess, so an agreed check would hand the round to a copy that
+    # cannot carry it: where the round has room for more than that one token, it is the draft model's own, unchecked
+    # (Chain._split, ChainHandOff._runs_on); the first three tokens against the exact joint all the same.
+    lookup_alone(monkeypatch)
+    e = tail_engine(tiny_pair, EndingLeads())
+    e.proposer.lookup.ends = frozenset(e.model.eog_ids)
+    policy = e.policy(e.proposer.draft)
+    policy.k_max, policy.cost.n_observed = 3, 100
+    rounds = []  # (reason, the tokens the round could draft: the room left less the target's own token)
+
+    def each(r):
+        made = 0
+        for rec in r.stats.rounds:
+            rounds.append((rec.reason, 4 - made - 1))
+            made += rec.n_emitted
+    counts, expected = first_two_counts(e, e.tokenize("the cat the cat the"), TOP5, 4000, n=3, max_tokens=4,
+                                        each=each)
+    e.close()
+    assert e.proposer.lookup.ends and sum(why.startswith("dropped+") for why, _ in rounds) >= 2000
+    assert all(room == 1 for why, room in rounds if why.startswith("checked+"))  # (the copy's end past the round)
     assert_follows(counts, expected)
 
 
