@@ -126,9 +126,9 @@ class ChainHandOff:
         Where lookup's offer (up to the round's length) ends with the copied turn or runs fewer than 1 +
         HAND_OFF_ROWS tokens (or the round's room: _runs_on), an agreed first token would hand the round to a copy
         that cannot carry it (an answer that quotes a question up to its "?"): there the caller (Chain._split) makes
-        the round the draft model's own, unchecked. Replayed with the Q4_0
-        draft (17 settings), the categories short of the better part went from 29 to 22 of 207 per token and 49 to
-        44 end to end, passages and factual answers most (docs/performance.md, 2026-12-07, session six)."""
+        the round the draft model's own, unchecked. Replayed with the Q4_0 draft (17 settings), the categories short
+        of the better part went from 29 to 22 of 207 per token and 49 to 44 end to end, passages and factual answers
+        most (docs/performance.md, 2026-12-07, session six)."""
         lead, c = self.links[0], link.policy.cost
         if decision.reason not in ("cost", "explore") or r.guide is not None or self.tree_width > 1 or \
                 not self._measures(link, decision) or behind > CHECK_BEHIND:
@@ -141,8 +141,8 @@ class ChainHandOff:
 
     @staticmethod
     def _runs_on(copy: Sequence[int], r: int, part) -> bool:
-        """Whether prompt lookup's copy (up to r tokens asked) runs on for r tokens before the copied text ends:
-        PromptLookupProposer._copy stops at the copied turn's end, offering its end-of-generation token."""
+        """Whether prompt lookup's copy runs on: r tokens or more, and not ending with the copied turn
+        (PromptLookupProposer._copy stops at the turn's end, offering its end-of-generation token there)."""
         return len(copy) >= r and copy[-1] not in getattr(part, "ends", ())
 
     @staticmethod
