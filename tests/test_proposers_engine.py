@@ -717,6 +717,25 @@ class EndingLeads(Leads):
         return Proposal(tokens, None, ["lookup"] * len(tokens), key="lookup:3")
 
 
+def test_greedy_identity_where_lookups_copy_ends_and_the_draft_model_drafts(tiny_pair, monkeypatch):
+    # Lookup would go alone with a copy that ends right after its guess: the round is the draft model's own,
+    # unchecked. The text is the target's all the same.
+    lookup_alone(monkeypatch)
+    e = tail_engine(tiny_pair, EndingLeads())
+    e.proposer.lookup.ends = frozenset(e.model.eog_ids)
+    reasons = []
+    real = e.generate
+
+    def generate(*args, **kwargs):
+        r = real(*args, **kwargs)
+        reasons.extend(rec.reason for rec in r.stats.rounds)
+        return r
+    e.generate = generate
+    identical_to_plain(e, REPEATING + PROMPTS)
+    e.close()
+    assert sum(why.startswith("dropped+") for why in reasons) >= 20, reasons
+
+
 def test_sampled_first_three_tokens_follow_the_target_where_lookups_copy_ends_and_the_draft_model_drafts(
         tiny_pair, monkeypatch):
     # As above, but lookup's copy ends right after its guess, so an agreed check would hand the round to a copy that

@@ -11,7 +11,7 @@ passed). Given the vocabulary's control tokens (`control`), a match is not taken
 text's newest control token, that token included (a header and perhaps a token or two after it, HEADER tokens at
 most), ends there too: the same place in another turn, whatever the role name tokenizes to. And a copy ends where the
 turn it copies does (_copy): past that turn's end comes the next header, which no answer goes on into (over the
-built-in workload's factual answers, 21 of lookup's 27 eight-token offers ran into it).
+built-in workload's factual answers, 21 of lookup's 27 eight-token offers ran into it: bench/lookup_copies.py).
 
 A match into the text the generation was given (the prompt: a passage, code to edit, earlier turns) is a better
 guess than one into what the model has written since, which repeats itself by chance more often (recorded, F16
@@ -144,13 +144,13 @@ class PromptLookupProposer(WithoutModel):
             end = self._index.get(gram)
             if end is None:
                 continue
-            places = [e for e in [end, *reversed(self._earlier.get(gram, ()))] if not self._in_header(e) and
-                      self._copy(e, k)]
-            if places and not longest:
-                longest, first = n, places[0]
-            for e in places:
+            copies = [(e, c) for e in [end, *reversed(self._earlier.get(gram, ()))] if not self._in_header(e) and
+                      (c := self._copy(e, k))]
+            if copies and not longest:
+                longest, first = n, copies[0][0]
+            for _, c in copies:
                 wider = tree.copy()
-                wider.add_path(-1, self._copy(e, k), "lookup")
+                wider.add_path(-1, c, "lookup")
                 if len(wider.leaves()) <= width:
                     tree = wider
         return tree, longest, first
