@@ -91,6 +91,7 @@ class Chain(ChainTrees, ChainHandOff, ChainReading):
         self._leaves: tuple[Link, int, set[int]] | None = None  # second choices verified as leaves: whose, the
         # chain's length, and the positions they stand at
         self._t0 = 0.0  # when the round's proposal began
+        self._text: list[int] = []  # the text the round's proposal continues
         self._expected: tuple[list[Link], float, float] | None = None  # the parts that drafted at a cost, and the
         # round's expected seconds and tokens (a chain's round; Outcomes)
 
@@ -115,7 +116,7 @@ class Chain(ChainTrees, ChainHandOff, ChainReading):
         self._read_late(seq, cap, stats)
         self._used, self._offers, self._leaves, self._expected = [], [], None, None
         self._check = None  # lookup's first token, where the draft model's first is to check it (_lead_check)
-        self._t0 = time.perf_counter()
+        self._t0, self._text = time.perf_counter(), seq
         for link in self.links:
             link.tree = link.alternatives = link.branch = link.offered = link.stop = link.refused = None
             link.asked = 0
@@ -331,6 +332,10 @@ class Chain(ChainTrees, ChainHandOff, ChainReading):
         never be, otherwise: what is declined is never tested). For a token the round did not verify this is as
         good as verifying it: the target's token there is drawn from its own distribution, which a proposed token
         matches with the chance verification would have accepted it. path: the accepted nodes of a tree."""
+        if verified is not None:  # the text as this round leaves it, for a part that learns from it (lookup)
+            for link in self.links:
+                if hasattr(link.part, "heard"):
+                    link.part.heard(self._text, verified)
         if self._expected is not None:  # a chain's round: n + 1 tokens, in the time since the proposal began
             drafters, seconds, tokens = self._expected
             for link in drafters:

@@ -142,8 +142,11 @@ class ChainHandOff:
     @staticmethod
     def _runs_on(copy: Sequence[int], r: int, part) -> bool:
         """Whether prompt lookup's copy runs on: r tokens or more, and not ending with the copied turn
-        (PromptLookupProposer._copy stops at the turn's end, offering its end-of-generation token there)."""
-        return len(copy) >= r and copy[-1] not in getattr(part, "ends", ())
+        (PromptLookupProposer._copy stops at the turn's end: with the turn's closing and its end-of-generation token,
+        or before a closing that does not pass; turn_end)."""
+        turn_end = getattr(part, "turn_end", None)
+        return len(copy) >= r and copy[-1] not in getattr(part, "ends", ()) and \
+            (turn_end is None or turn_end(copy) is None)
 
     @staticmethod
     def _checked(tail: float, rows_s: float, step_s: float, read_s: float) -> bool:

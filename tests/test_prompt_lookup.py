@@ -2,11 +2,19 @@ import numpy as np
 import pytest
 
 from edgespec.proposers import PromptLookupProposer
+from edgespec.proposers.prompt_lookup import Closings
 from edgespec.sampling import GREEDY
 
 
 def propose(p, seq, k):
     return p.propose(seq, k, GREEDY, np.random.default_rng(0)).tokens
+
+
+def closings_offered(p):
+    """p, its copies' closings offered from the start (even odds before any is tested; the default starts below
+    them: Closings), for tests of what a copy holds around its turn's end."""
+    p.closings = Closings(prior=(1.0, 2.0))
+    return p
 
 
 def test_copies_what_followed_the_longest_matching_suffix():
@@ -118,7 +126,7 @@ def chat(*turns, role=(ASSISTANT,)):
 def test_an_answer_does_not_begin_by_copying_the_last_answer_after_the_same_header(role):
     history = chat([9, 8, 7], [11, 12, 13, 14], [9, 8], role=role)
     blind = PromptLookupProposer(n_max=4, n_min=2)
-    aware = PromptLookupProposer(n_max=4, n_min=2, control=[S, END], ends=[END])
+    aware = closings_offered(PromptLookupProposer(n_max=4, n_min=2, control=[S, END], ends=[END]))
     for p in (blind, aware):
         p.begin(history)
     assert propose(blind, history, 4) == [11, 12, 13, 14]  # the header matched: the last answer's start
@@ -136,7 +144,7 @@ def test_an_answer_does_not_begin_by_copying_the_last_answer_after_the_same_head
 def test_text_after_a_control_token_is_text_when_the_stretch_differs_or_is_long():
     from edgespec.proposers.prompt_lookup import HEADER
 
-    p = PromptLookupProposer(n_max=3, n_min=2, control=[S])
+    p = closings_offered(PromptLookupProposer(n_max=3, n_min=2, control=[S]))
     seq = [7, 8, 9, S, 7, 8]  # [7, 8] at the text's start: not after a control token
     p.begin(seq)
     assert propose(p, seq, 2) == [9]  # (a copy ends before a control token that does not end a generation)
@@ -149,7 +157,7 @@ def test_a_copy_ends_at_the_end_of_the_turn_it_copies():
     # The user's question [9, 8, 7] ends its turn: a match of its words copies them up to that turn's end (an
     # answer may end where the question did: the end-of-generation token stays), never into the next header.
     history = chat([9, 8, 7])
-    p = PromptLookupProposer(n_max=4, n_min=2, control=[S, END], ends=[END])
+    p = closings_offered(PromptLookupProposer(n_max=4, n_min=2, control=[S, END], ends=[END]))
     p.begin(history)
     seq = history + [9, 8]
     assert propose(p, seq, 8) == [7, END]
@@ -157,7 +165,7 @@ def test_a_copy_ends_at_the_end_of_the_turn_it_copies():
     assert p.match_tree(8, 3)[0].tokens == [7, END]
     # a control token that ends nothing is not offered: the match right before it is no match at all, and a
     # shorter one is taken where there is one
-    p = PromptLookupProposer(n_max=3, n_min=2, control=[S, END], ends=[END])
+    p = closings_offered(PromptLookupProposer(n_max=3, n_min=2, control=[S, END], ends=[END]))
     text = [4, 5, 6, S, 5, 6, 3, 1]
     p.begin(text)
     assert propose(p, text + [5, 6], 2) == [3, 1] and p.match(2)[1] == 2
@@ -165,6 +173,42 @@ def test_a_copy_ends_at_the_end_of_the_turn_it_copies():
     assert propose(p, text + [4, 5, 6], 2) == [3, 1]  # [4, 5, 6] is followed by S: [5, 6] by 3
     p.begin(text[:4])
     assert propose(p, text[:4] + [4, 5, 6], 4) == []
+
+
+def test_a_copied_turns_closing_is_offered_once_such_closings_pass():
+    # The question [9, 8, 7, Q] ends with Q (its "?"): an answer that quotes it goes its own way there (" was",
+    # where the question had "?"). A copy of that turn stops before Q until the text has shown Q passing where a
+    # copy got that far: then Q and the end of generation are offered, and where Q fails again they are not. Each
+    # closing has its own count; the text tells them as it grows, and through heard(), as the engine tells it after
+    # each round (the generation's last included, after which nothing more is proposed).
+    Q = 6
+    history = chat([9, 8, 7, Q])
+    p = PromptLookupProposer(n_max=4, n_min=2, control=[S, END], ends=[END])
+    p.begin(history)
+    assert propose(p, history + [9, 8], 8) == [7]
+    assert p.turn_end([7]) == "cut" and p.turn_end([8]) is None
+    assert p.match_after(history, [9, 8], 8) == ([7], "lookup:2")
+    assert p.match_tree(8, 3)[0].tokens == [7]
+    assert propose(p, history + [9, 8, 7], 8) == []  # a copy of the closing alone: no match (none shorter)
+    # where the answer has the closing already, the end of generation may follow it, whatever the closing's count
+    assert propose(p, history + [9, 8, 7, Q], 8) == [END] and p.turn_end([END]) == "closed"
+    p.heard(history + [9, 8, 7, Q, END])  # the answer ended as the question did
+    assert p.closings.counts == {Q: [1, 1]}
+    p.begin(history)
+    assert propose(p, history + [9, 8], 8) == [7, Q, END]
+    assert p.turn_end([7, Q, END]) == "closed"
+    p.heard(history + [9, 8, 7, 5])  # the answer went on with 5 where the question had Q
+    assert p.closings.counts == {Q: [1, 2]}
+    p.begin(history)
+    assert propose(p, history + [9, 8], 8) == [7]
+    p.heard(history + [9, 8, 3, 3, 3])  # the text went another way before the closing: nothing learned of it
+    assert p.closings.counts == {Q: [1, 2]}
+    # another turn's closing has a count of its own
+    other = chat([4, 3, 2, 1])
+    p.begin(other)
+    assert propose(p, other + [3, 2], 8) == []  # (1 is the closing: cut, and the copy with it)
+    p.heard(other + [3, 2, 1, END])
+    assert p.closings.counts == {Q: [1, 2], 1: [1, 1]}
 
 
 def test_no_control_tokens_no_change():
@@ -185,6 +229,7 @@ def test_incremental_index_equals_a_fresh_one_with_control_tokens():
         propose(inc, seq[:end], 3)
         fresh = PromptLookupProposer(n_max=3, n_min=2, control=[0])
         fresh.begin(seq[:end])
+        fresh.closings = inc.closings  # (what inc learned of closings on the way is not its index's to match)
         assert (inc._index, inc._earlier, inc._last_control) == (fresh._index, fresh._earlier, fresh._last_control)
         assert inc.match(3) == fresh.match(3) and inc.match_tree(2, 3)[0].tokens == fresh.match_tree(2, 3)[0].tokens
         blind = PromptLookupProposer(n_max=3, n_min=2)

@@ -717,11 +717,11 @@ class EndingLeads(Leads):
         return Proposal(tokens, None, ["lookup"] * len(tokens), key="lookup:3")
 
 
-def test_greedy_identity_where_lookups_copy_ends_and_the_draft_model_drafts(tiny_pair, monkeypatch):
-    # Lookup would go alone with a copy that ends right after its guess: the round is the draft model's own,
-    # unchecked. The text is the target's all the same.
+def identical_rounds_where_lookup_goes_alone(tiny_pair, monkeypatch, lookup) -> list[str]:
+    """With this lookup, where the plan has lookup go alone (lookup_alone): the texts are plain decoding's; returns
+    every round's reason."""
     lookup_alone(monkeypatch)
-    e = tail_engine(tiny_pair, EndingLeads())
+    e = tail_engine(tiny_pair, lookup)
     e.proposer.lookup.ends = frozenset(e.model.eog_ids)
     reasons = []
     real = e.generate
@@ -733,7 +733,61 @@ def test_greedy_identity_where_lookups_copy_ends_and_the_draft_model_drafts(tiny
     e.generate = generate
     identical_to_plain(e, REPEATING + PROMPTS)
     e.close()
+    return reasons
+
+
+def test_greedy_identity_where_lookups_copy_ends_and_the_draft_model_drafts(tiny_pair, monkeypatch):
+    # Lookup would go alone with a copy that ends right after its guess: the round is the draft model's own,
+    # unchecked. The text is the target's all the same.
+    reasons = identical_rounds_where_lookup_goes_alone(tiny_pair, monkeypatch, EndingLeads())
     assert sum(why.startswith("dropped+") for why in reasons) >= 20, reasons
+
+
+class CutLeads(Leads):
+    """Leads whose copy, however long, ends where the copied turn does, cut before a closing that does not pass
+    (PromptLookupProposer.turn_end: "cut")."""
+
+    def turn_end(self, copy):
+        return "cut"
+
+
+@pytest.mark.parametrize("lead", [Leads, CutLeads])
+def test_a_copy_cut_before_its_turns_closing_is_a_copy_that_ends(tiny_pair, monkeypatch, lead):
+    # Lookup would go alone, with a copy long enough to carry the round. Where that copy ends with the copied turn,
+    # cut before its closing, an agreed check would hand the round to a copy that stops there: the round is the
+    # draft model's own, unchecked (ChainHandOff._runs_on), as where a copy ends with its end-of-generation token.
+    # The text is the target's all the same.
+    reasons = identical_rounds_where_lookup_goes_alone(tiny_pair, monkeypatch, lead())
+    checked = sum(why.startswith("checked+") for why in reasons)
+    dropped = sum(why.startswith("dropped+") for why in reasons)
+    assert (not checked and dropped >= 20) if lead is CutLeads else checked >= 20, (checked, dropped)
+
+
+def test_lookup_hears_the_text_each_round_leaves_the_last_included(tiny_pair):
+    # What lookup learns of its copies' closings it learns from the text (Closings): the engine tells it the text
+    # as each round's verification leaves it, the generation's last round included, after which nothing more is
+    # proposed (so a closing that ended the answer is counted).
+    from edgespec.proposers import PromptLookupProposer
+
+    class Hears(PromptLookupProposer):
+        def __init__(self):
+            super().__init__()
+            self.texts = []
+
+        def heard(self, text, more=()):
+            self.texts.append([*text, *more])
+            super().heard(text, more)
+    lookup = Hears()
+    e = tail_engine(tiny_pair, lookup)
+    for prompt in REPEATING:
+        lookup.texts.clear()
+        tokens = e.tokenize(prompt)
+        r = e.generate(tokens, max_tokens=24)
+        told = tokens + r.tokens  # (and after them the end-of-generation token, where the answer ended on one)
+        assert lookup.texts and lookup.texts[-1][:len(told)] == told, prompt
+        assert len(lookup.texts[-1]) - len(told) == (r.finish_reason == "stop"), (prompt, r.finish_reason)
+        assert all(a == b[:len(a)] for a, b in zip(lookup.texts, lookup.texts[1:]))  # (each round's text grows)
+    e.close()
 
 
 def test_sampled_first_three_tokens_follow_the_target_where_lookups_copy_ends_and_the_draft_model_drafts(

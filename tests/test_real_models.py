@@ -80,15 +80,15 @@ def test_smollm_lookup_does_not_start_an_answer_with_a_copy_of_the_last_one():
 
 @pytest.mark.realmodel
 def test_smollm_lookup_copies_up_to_the_end_of_the_turn_and_the_text_is_plains(monkeypatch):
-    # Answers that repeat what the user wrote: lookup copies it, and its copy ends with the user's turn, the
-    # end-of-generation token offered (an answer may end there) and nothing of the next header after it. Greedy,
-    # the texts are plain decoding's.
+    # Answers that repeat what the user wrote: lookup copies it, and its copy ends with the user's turn, nothing of
+    # the next header after it; once the first answer has shown the turn's closing "." passing, the closing and the
+    # end-of-generation token are offered (an answer may end there). Greedy, the texts are plain decoding's.
     from edgespec.proposers import PromptLookupProposer
 
     copies, real = [], PromptLookupProposer._copy
 
-    def copy(self, end, k):
-        tokens = real(self, end, k)
+    def copy(self, end, k, extra=()):
+        tokens = real(self, end, k, extra)
         copies.append(tokens)
         return tokens
     monkeypatch.setattr(PromptLookupProposer, "_copy", copy)
