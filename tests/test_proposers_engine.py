@@ -790,13 +790,15 @@ def test_lookup_hears_the_text_each_round_leaves_the_last_included(tiny_pair):
     e.close()
 
 
+@pytest.mark.parametrize("lead", ["ending", "cut"])
 def test_sampled_first_three_tokens_follow_the_target_where_lookups_copy_ends_and_the_draft_model_drafts(
-        tiny_pair, monkeypatch):
-    # As above, but lookup's copy ends right after its guess, so an agreed check would hand the round to a copy that
-    # cannot carry it: where the round has room for more than that one token, it is the draft model's own, unchecked
-    # (Chain._split, ChainHandOff._runs_on); the first three tokens against the exact joint all the same.
+        tiny_pair, monkeypatch, lead):
+    # As above, but lookup's copy ends right after its guess (or, "cut", however long, before its turn's closing:
+    # CutLeads), so an agreed check would hand the round to a copy that cannot carry it: where the round has room
+    # for more than that one token, it is the draft model's own, unchecked (Chain._split, ChainHandOff._runs_on);
+    # the first three tokens against the exact joint all the same.
     lookup_alone(monkeypatch)
-    e = tail_engine(tiny_pair, EndingLeads())
+    e = tail_engine(tiny_pair, EndingLeads() if lead == "ending" else CutLeads())
     e.proposer.lookup.ends = frozenset(e.model.eog_ids)
     policy = e.policy(e.proposer.draft)
     policy.k_max, policy.cost.n_observed = 3, 100
