@@ -1,6 +1,7 @@
 """A draft model's round handed on to prompt lookup (a mixin of chain.Chain): where the draft model began a quotation
 that lookup could not see from the text alone, lookup's continuation of its tokens (the round's tail) costs a verify
-row a token, where each more drafted token costs a row and a draft step. Where a wrong continuation's rows would cost
+row a token, where each more drafted token costs a row and a draft step; the round is handed on where that makes it
+cheaper per token, the verify's fixed cost counted. Where a wrong continuation's rows would cost
 more than a draft step, the draft model drafts one token more first and hands on only where that token is lookup's
 next one (a quotation still); else it drafts on. The same check may come before a round lookup would lead alone: the
 draft model's first token, and lookup's continuation only where that is lookup's first."""
@@ -55,12 +56,10 @@ class ChainHandOff:
         whether to stop and leave the rest of the round to lookup's continuation of them (_tail), which costs a
         verify row a token where each more drafted token costs a row and a draft step. It stops where lookup
         continues them from a match of HAND_OFF_MATCH tokens or more (shorter ones are common words as often as
-        quotations) and lookup's next token, passing as that kind of continuation has, costs less per expected
-        token than the draft's next one, passing at its position's rate: its row (the mean of the next
-        HAND_OFF_ROWS rows, as a verify curve need not rise evenly) and the reading the draft model will do of it,
-        against a row and a draft step. A quotation the draft model began is then copied, not drafted token by
-        token. Where those rows, wasted by a wrong continuation, are expected to cost more than a draft step (less
-        the reading it spares), the hand-off waits for a check (stop.check, ConfidenceStop.agrees): the draft model
+        quotations) and the round so handed on is expected to cost less per token than the round drafted on
+        (_handing_pays). A quotation the draft model began is then copied, not drafted token by token. Where the
+        next HAND_OFF_ROWS rows (their mean, as a verify curve need not rise evenly), wasted by a wrong continuation,
+        are expected to cost more than a draft step (less the reading it spares), the hand-off waits for a check (stop.check, ConfidenceStop.agrees): the draft model
         drafts its next token, and the round goes on to lookup only where that is lookup's next token. An
         extraction's answer copies a field from the passage, then leaves it where the passage goes on: lookup
         continues the passage, the draft model the format (replayed with a memory-bound target, extraction on the
@@ -78,25 +77,59 @@ class ChainHandOff:
                 not hasattr(lead.part, "match_after"):
             return None
         before, cost, stop = list(before), link.policy.cost, link.stop
+        ahead, reach = 1.0, 1.0  # the tokens the round is expected to yield before this part's: the target's own
+        for a in self._accept():  # and the lead's it kept
+            reach *= a
+            ahead += reach
 
         def hand_off(drafted: Sequence[int]) -> bool:
             r = max(1, min(HAND_OFF_ROWS, stop.most - len(drafted)))
-            offered, key = lead.part.match_after(seq, [*before, *drafted], r)
+            tokens = [*before, *drafted]
+            offered, key = lead.part.match_after(seq, tokens, r)
             if not offered or int(key.split(":")[1]) < HAND_OFF_MATCH:  # (key: "lookup:N" or "lookup:N:own")
                 return False
             if not self._runs_on(offered, r, lead.part):  # no quotation to carry the round on: where a question
                 return False  # ends, an answer goes its own way
-            tail = lead.policy.keyed(f"{key}:tail").acceptances(1)[0]
-            mine = cost.acceptances(len(drafted) + 1)[-1]
-            rows = len(before) + len(drafted) + 1
+            read = getattr(link.part, "read_s", None) or 0.0
+            if not self._handing_pays(seq, tokens, len(drafted), f"{key}:tail", offered, cost, stop, read, ahead):
+                return False
+            rows = len(tokens) + 1
             start, end = cost.t_verify(rows), cost.t_verify(rows + r)
             row = max(0.0, end - start) / r if start is not None and end is not None else 0.0
-            read = getattr(link.part, "read_s", None) or 0.0
-            if tail * (row + stop.step_s) < mine * (row + read):
-                return False
+            tail = lead.policy.keyed(f"{key}:tail").acceptances(1)[0]
             stop.check = offered[0] if self._checked(tail, r * row, stop.step_s, read) else None
             return True
         return hand_off
+
+    def _handing_pays(self, seq: list[int], tokens: list[int], drafted: int, key: str, offered: list[int], cost,
+                      stop, read: float, ahead: float) -> bool:
+        """Whether the round handed on now (after the draft model's `drafted` tokens, the round's `tokens` so far)
+        is expected to cost less per token than the round drafted on, each at its best length: lookup's
+        continuation of e >= 1 tokens (`offered`, longer where lookup has more for the round's room), passing as
+        its kind (`key`, a tail) has, each a verify row and a token the draft model reads later; or f >= 1 more
+        drafted tokens, passing at the draft's positions' rates, each a row and a draft step. Both count what the
+        round has so far: its verify, the draft steps spent, and the tokens expected of it (`ahead`, the target's
+        own and the lead's, and the drafted ones as their confidence has them: stop.expected, stop.reach).
+
+        The round's fixed cost is what decides: a verify is a step whatever its rows, so a round that ends with a
+        short continuation yields fewer tokens for it than one the draft model drafts on to its confidence's end.
+        Judged token against token (the continuation's next against the draft's, each by its own row and step), a
+        copied token always looked the cheaper where a draft step costs about a row, and rounds the draft model
+        alone would have drafted 8 tokens deep ended after lookup's 2 or 3 (a memory-bound target, held-out
+        multi-turn chat). Replayed with the Q4_0 draft (17 settings, 8 seeds, 2% noise), the hybrid's categories
+        short of its better part went from 22 to 14 of 207 per token and from 41 to 39 end to end
+        (docs/performance.md, 2026-12-07, session eight)."""
+        most = stop.most - drafted
+        if most > len(offered):
+            offered = self.links[0].part.match_after(seq, tokens, most)[0] or offered
+        rows, first, spent = len(tokens), cost.t_verify(len(tokens) + 1), cost.t_draft(drafted)
+        if first is None or spent is None:
+            return True
+        so_far, expected = first + spent, ahead + stop.expected
+        tail = self.links[0].policy.keyed(key).acceptances(len(offered))
+        mine = cost.acceptances(drafted + most)[drafted:]
+        return _least_per_token(cost, rows, so_far, expected, stop.reach, tail, read) <= \
+            _least_per_token(cost, rows, so_far, expected, stop.reach, mine, stop.step_s)
 
     def _lead_check(self, r, link: Link, decision, j: int, behind: int, read_s: float) -> int | None:
         """Where the plan has prompt lookup go alone this round (its first j tokens, the draft model drafting none):
@@ -155,3 +188,19 @@ class ChainHandOff:
         chance 1 - tail) are expected to cost more than the draft step that checks it, less the reading of that
         token the step spares the draft model later."""
         return (1 - tail) * rows_s >= step_s - read_s
+
+
+def _least_per_token(cost, rows: int, seconds: float, tokens: float, reach: float, rates: Sequence[float],
+                     each: float) -> float:
+    """A round of `rows` rows so far (expected to take `seconds` and yield `tokens`, all of them passing with
+    chance `reach`), going on with tokens that pass at `rates` (each once all before it pass), each a verify row and
+    `each` seconds more: its least expected time per token over one such token or more (inf: none)."""
+    least, first, gained = float("inf"), cost.t_verify(rows + 1), 0.0
+    for e, a in enumerate(rates, 1):
+        reach *= a
+        gained += reach
+        more = cost.t_verify(rows + e + 1)
+        if more is None:
+            break
+        least = min(least, (seconds - first + more + e * each) / (tokens + gained))
+    return least

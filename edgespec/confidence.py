@@ -86,6 +86,7 @@ class ConfidenceStop:
         self.least = least  # tokens kept whatever their confidence (a probe tests at least one)
         self.most = len(accept)  # the most tokens this round may draft (the caller sets it)
         self.confidence: list[float] = []  # of the tokens kept
+        self.expected = 0.0  # the tokens kept, each counted with the chance that it and all before it pass
         self.hand_off: Callable[[Sequence[int]], bool] | None = None  # whether to stop after the tokens drafted
         # so far because prompt lookup continues them for less (Chain._hand_off; its tail takes the round on) ...
         self.check: int | None = None  # ... once the draft model's next token is this one, lookup's next (agrees)
@@ -111,6 +112,7 @@ class ConfidenceStop:
         if self.active and i >= self.least and not self._pays(i, chance, True):
             return False
         self.reach = chance
+        self.expected += chance
         self.confidence.append(p)
         return True
 
