@@ -59,8 +59,9 @@ class ChainHandOff:
         quotations) and the round so handed on is expected to cost less per token than the round drafted on
         (_handing_pays). A quotation the draft model began is then copied, not drafted token by token. Where the
         next HAND_OFF_ROWS rows (their mean, as a verify curve need not rise evenly), wasted by a wrong continuation,
-        are expected to cost more than a draft step (less the reading it spares), the hand-off waits for a check (stop.check, ConfidenceStop.agrees): the draft model
-        drafts its next token, and the round goes on to lookup only where that is lookup's next token. An
+        are expected to cost more than a draft step (less the reading it spares), the hand-off waits for a check
+        (stop.check, ConfidenceStop.agrees): the draft model drafts its next token, and the round goes on to lookup
+        only where that is lookup's next token. An
         extraction's answer copies a field from the passage, then leaves it where the passage goes on: lookup
         continues the passage, the draft model the format (replayed with a memory-bound target, extraction on the
         second set 0.951 to 0.997 of the draft model alone; on a flat curve, where rows cost little, nothing is
@@ -123,7 +124,7 @@ class ChainHandOff:
         if most > len(offered):
             offered = self.links[0].part.match_after(seq, tokens, most)[0] or offered
         rows, first, spent = len(tokens), cost.t_verify(len(tokens) + 1), cost.t_draft(drafted)
-        if first is None or spent is None:
+        if first is None or spent is None:  # (not timed yet: a copied token costs a row, a drafted one a step more)
             return True
         so_far, expected = first + spent, ahead + stop.expected
         tail = self.links[0].policy.keyed(key).acceptances(len(offered))
