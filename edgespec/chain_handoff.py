@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, Sequence
 
+from .splits import least_per_token
+
 if TYPE_CHECKING:
     from .chain import Link
 
@@ -129,8 +131,9 @@ class ChainHandOff:
         so_far, expected = first + spent, ahead + stop.expected
         tail = self.links[0].policy.keyed(key).acceptances(len(offered))
         mine = cost.acceptances(drafted + most)[drafted:]
-        return _least_per_token(cost, rows, so_far, expected, stop.reach, tail, read) <= \
-            _least_per_token(cost, rows, so_far, expected, stop.reach, mine, stop.step_s)
+        v = cost.t_verify
+        return least_per_token(v, rows, so_far, expected, stop.reach, tail, read)[1] <= \
+            least_per_token(v, rows, so_far, expected, stop.reach, mine, stop.step_s)[1]
 
     def _lead_check(self, r, link: Link, decision, j: int, behind: int, read_s: float) -> int | None:
         """Where the plan has prompt lookup go alone this round (its first j tokens, the draft model drafting none):
@@ -190,18 +193,3 @@ class ChainHandOff:
         token the step spares the draft model later."""
         return (1 - tail) * rows_s >= step_s - read_s
 
-
-def _least_per_token(cost, rows: int, seconds: float, tokens: float, reach: float, rates: Sequence[float],
-                     each: float) -> float:
-    """A round of `rows` rows so far (expected to take `seconds` and yield `tokens`, all of them passing with
-    chance `reach`), going on with tokens that pass at `rates` (each once all before it pass), each a verify row and
-    `each` seconds more: its least expected time per token over one such token or more (inf: none)."""
-    least, first, gained = float("inf"), cost.t_verify(rows + 1), 0.0
-    for e, a in enumerate(rates, 1):
-        reach *= a
-        gained += reach
-        more = cost.t_verify(rows + e + 1)
-        if more is None:
-            break
-        least = min(least, (seconds - first + more + e * each) / (tokens + gained))
-    return least

@@ -1,12 +1,32 @@
 """A draft-length policy's choices of how much of what is offered to verify: of a free proposer's tokens (keep), of
 free tokens offered after a round's own (keep_after: lookup continuing a draft model's quotation), and a chain's
-split between a free lead and a part that drafts at a cost (plan). Each by the least expected time per token. A
-mixin of tuning.DraftLength, whose cost model, acceptance by kind (keyed), outcomes and margin it reads."""
+split between a free lead and a part that drafts at a cost (plan). Each by the least expected time per token (a
+round's over what may follow its tokens, least_per_token, is shared with the hand-off in chain_handoff.py). A mixin
+of tuning.DraftLength, whose cost model, acceptance by kind (keyed), outcomes and margin it reads."""
 from __future__ import annotations
 
 from .costs import CATCH_UP_HORIZON, CostModel
 
 TEXT_WEIGHT = 4.0  # proposals' worth of "as expected" that a text's own first-token outcomes start from (text_factor)
+
+
+def least_per_token(verify, rows: int, seconds: float, tokens: float, reach: float, rates, each: float = 0.0
+                    ) -> tuple[int, float]:
+    """A round of `rows` rows so far (expected to take `seconds` and yield `tokens`, all of them passing with chance
+    `reach`) going on with e tokens that pass at `rates` (each once all before it pass), each a verify row (verify:
+    T_v(m)) and `each` seconds more: the e >= 1 with the least expected time per token, and that time ((0, inf):
+    none)."""
+    best, least, first, gained = 0, float("inf"), verify(rows + 1), 0.0
+    for e, a in enumerate(rates, 1):
+        reach *= a
+        gained += reach
+        more = verify(rows + e + 1)
+        if more is None:
+            break
+        cost = (seconds - first + more + e * each) / (tokens + gained)
+        if cost < least:
+            best, least = e, cost
+    return best, least
 
 
 class Splits:
@@ -54,18 +74,8 @@ class Splits:
         """keep() for n free tokens proposed after a round's `rows` (expected to take `seconds` and yield `tokens`,
         all of them passing with chance `reach`): the e <= n that gives the least expected time per token, each
         token a verify row more, passing as this kind of proposal does once all before it pass; 0: none."""
-        verify, c = self.cost.t_verify, self.keyed(key)
-        best, best_cost, gained = 0, seconds / tokens, 0.0
-        for e, a in enumerate(c.acceptances(n), 1):
-            reach *= a
-            gained += reach
-            more = verify(rows + e + 1)
-            if more is None:
-                break
-            cost = (seconds - verify(rows + 1) + more) / (tokens + gained)
-            if cost < best_cost:
-                best, best_cost = e, cost
-        return best
+        best, cost = least_per_token(self.cost.t_verify, rows, seconds, tokens, reach, self.keyed(key).acceptances(n))
+        return best if cost < seconds / tokens else 0
 
     def plan(self, k: int, lead: CostModel, n_lead: int, least: int = 0, behind: int = 0,
              read_s: float = 0.0, horizon: int = CATCH_UP_HORIZON, first: float = 1.0) -> tuple[int, int]:

@@ -849,22 +849,23 @@ def test_a_confidence_stop_hands_the_round_on_where_its_caller_says_lookup_conti
 
 
 def test_a_hand_off_weighs_the_whole_round_with_its_verify_not_the_next_token_alone():
-    from types import SimpleNamespace
+    from edgespec.splits import least_per_token
 
-    from edgespec.chain_handoff import _least_per_token
+    def verify(m: int) -> float:  # a memory-bound target: a row is 2% of a step
+        return 1.0 + 0.02 * (m - 1)
 
-    cost = SimpleNamespace(t_verify=lambda m: 1.0 + 0.02 * (m - 1))  # a memory-bound target: a row is 2% of a step
     # a round of 2 rows so far: its verify T_v(3) = 1.04 and 0.1 s of drafting, 2.7 tokens expected, all passing
     # with chance 0.8; lookup's continuation passes at 0.5 a token (a row and 0.01 s of later reading each), the
     # draft model's at 0.9 (a row and a 0.05 s step each)
-    tail = _least_per_token(cost, 2, 1.14, 2.7, 0.8, [0.5, 0.5], 0.01)
-    mine = _least_per_token(cost, 2, 1.14, 2.7, 0.8, [0.9, 0.9, 0.9], 0.05)
+    (e_tail, tail), (e_mine, mine) = (least_per_token(verify, 2, 1.14, 2.7, 0.8, [0.5, 0.5], 0.01),
+                                      least_per_token(verify, 2, 1.14, 2.7, 0.8, [0.9, 0.9, 0.9], 0.05))
+    assert (e_tail, e_mine) == (2, 3)
     assert tail == pytest.approx((0.1 + 1.08 + 0.02) / (2.7 + 0.4 + 0.2))  # its best: both tokens, 0.364 a token
     assert mine == pytest.approx((0.1 + 1.10 + 0.15) / (2.7 + 0.72 + 0.648 + 0.5832))  # all three, 0.290 a token
     assert mine < tail  # drafting on: the round yields more for its verify
     # token against token the copy looked the cheaper: 0.03 s for 0.5 of a token against 0.07 s for 0.9
     assert 0.03 / 0.5 < 0.07 / 0.9
-    assert _least_per_token(cost, 2, 1.14, 2.7, 0.8, [], 0.01) == float("inf")  # nothing to go on with
+    assert least_per_token(verify, 2, 1.14, 2.7, 0.8, [], 0.01) == (0, float("inf"))  # nothing to go on with
 
 
 def test_a_checked_hand_off_drafts_one_token_more_and_hands_on_only_where_that_token_is_lookups():
