@@ -25,7 +25,9 @@ class ChainHandOff:
         """After a draft model's tokens, prompt lookup's continuation of them (a quotation the draft began, which
         lookup could not see from the text alone), as many of its tokens as lower the round's expected time per
         token: each costs its verify row and passes with lookup's estimate for that kind of match (a kind of its
-        own, `...:tail`), once all before it pass. Appends them to tokens; returns how many."""
+        own, `...:tail`), once all before it pass. Where the draft model stopped for this continuation (a hand-off,
+        ConfidenceStop.handed), the round so far is judged as the hand-off judged it: its drafted tokens passing as
+        the draft's confidence has them, not at its positions' rates. Appends them to tokens; returns how many."""
         lead, last = self.links[0], self._used[-1] if self._used else None
         if len(self.links) < 2 or last is None or not last.n or last.policy.free or not lead.policy.free or \
                 not (last.policy.adaptive if self.adaptive is None else self.adaptive) or \
@@ -40,10 +42,12 @@ class ChainHandOff:
         base = self._expectation(n, reading) if offered else None
         if base is None:
             return 0
-        reach = 1.0
+        expected, reach = base[2], 1.0
         for a in self._accept():
             reach *= a
-        best = lead.policy.keep_after(len(offered), key, n, base[1], base[2], reach)
+        if last.stop is not None and last.stop.handed:
+            expected, reach = self._ahead(self._used[:-1]) + last.stop.expected, last.stop.reach
+        best = lead.policy.keep_after(len(offered), key, n, base[1], expected, reach)
         from . import chain  # (which imports this module)
 
         link = chain.Link(lead.part, lead.policy, start=n, n=best, key=key, offered=list(offered))
@@ -58,12 +62,12 @@ class ChainHandOff:
         whether to stop and leave the rest of the round to lookup's continuation of them (_tail), which costs a
         verify row a token where each more drafted token costs a row and a draft step. It stops where lookup
         continues them from a match of HAND_OFF_MATCH tokens or more (shorter ones are common words as often as
-        quotations) and the round so handed on is expected to cost less per token than the round drafted on
-        (_handing_pays). A quotation the draft model began is then copied, not drafted token by token. Where the
-        next HAND_OFF_ROWS rows (their mean, as a verify curve need not rise evenly), wasted by a wrong continuation,
-        are expected to cost more than a draft step (less the reading it spares), the hand-off waits for a check
-        (stop.check, ConfidenceStop.agrees): the draft model drafts its next token, and the round goes on to lookup
-        only where that is lookup's next token. An
+        quotations), the round so handed on is expected to cost less per token than the round drafted on
+        (_handing_pays), and the tail would keep some of it (_tail_takes). A quotation the draft model began is then
+        copied, not drafted token by token. Where the next HAND_OFF_ROWS rows (their mean, as a verify curve need
+        not rise evenly), wasted by a wrong continuation, are expected to cost more than a draft step (less the
+        reading it spares), the hand-off waits for a check (stop.check, ConfidenceStop.agrees): the draft model
+        drafts its next token, and the round goes on to lookup only where that is lookup's next token. An
         extraction's answer copies a field from the passage, then leaves it where the passage goes on: lookup
         continues the passage, the draft model the format (replayed with a memory-bound target, extraction on the
         second set 0.951 to 0.997 of the draft model alone; on a flat curve, where rows cost little, nothing is
@@ -80,10 +84,7 @@ class ChainHandOff:
                 not hasattr(lead.part, "match_after"):
             return None
         before, cost, stop = list(before), link.policy.cost, link.stop
-        ahead, reach = 1.0, 1.0  # the tokens the round is expected to yield before this part's: the target's own
-        for a in self._accept():  # and the lead's it kept
-            reach *= a
-            ahead += reach
+        ahead = self._ahead(self._used)  # (the lead's tokens it kept)
 
         def hand_off(drafted: Sequence[int]) -> bool:
             r = max(1, min(HAND_OFF_ROWS, stop.most - len(drafted)))
@@ -100,7 +101,10 @@ class ChainHandOff:
             start, end = cost.t_verify(rows), cost.t_verify(rows + r)
             row = max(0.0, end - start) / r if start is not None and end is not None else 0.0
             tail = lead.policy.keyed(f"{key}:tail").acceptances(1)[0]
-            stop.check = offered[0] if self._checked(tail, r * row, stop.step_s, read) else None
+            check = offered[0] if self._checked(tail, r * row, stop.step_s, read) else None
+            if not self._tail_takes(seq, tokens, len(drafted), f"{key}:tail", check, tail, cost, stop, ahead):
+                return False
+            stop.check = check
             return True
         return hand_off
 
@@ -134,6 +138,39 @@ class ChainHandOff:
         v = cost.t_verify
         return least_per_token(v, rows, so_far, expected, stop.reach, tail, read)[1] <= \
             least_per_token(v, rows, so_far, expected, stop.reach, mine, stop.step_s)[1]
+
+    def _tail_takes(self, seq: list[int], tokens: list[int], drafted: int, key: str, check: int | None,
+                    tail: float, cost, stop, ahead: float) -> bool:
+        """Whether the round handed on now would end with lookup's continuation: whether _tail, judging the round as
+        the hand-off does (the drafted tokens passing as their confidence has them, the round's verify and draft
+        steps so far), would keep at least one of its tokens; where the hand-off waits for a check, after the
+        check's token (lookup's next, drafted by the draft model and passing at the tail's first rate, `tail`).
+        Else the draft model drafts on where its confidence pays, as if lookup had nothing: a hand-off the tail
+        then declined ended the round where the draft model stopped, for nothing. Replayed on the built-in texts
+        (the Q4_0 draft, the retimed costs; test_proposers_engine.py), 22 of 68 rounds handed on had kept no tail,
+        all after a check: the check's token took a verify row, and the continuation after it no longer paid for
+        its rows."""
+        most, expected, reach = stop.most - drafted, ahead + stop.expected, stop.reach
+        if check is not None:
+            tokens, drafted, most = [*tokens, check], drafted + 1, most - 1
+            reach *= tail
+            expected += reach
+        offered = self.links[0].part.match_after(seq, tokens, most)[0] if most > 0 else None
+        if not offered:
+            return False
+        verify, spent = cost.t_verify(len(tokens) + 1), cost.t_draft(drafted)
+        if verify is None or spent is None:  # (not timed yet: as _handing_pays)
+            return True
+        return self.links[0].policy.keep_after(len(offered), key, len(tokens), verify + spent, expected, reach) > 0
+
+    def _ahead(self, links: Sequence[Link]) -> float:
+        """The tokens a round is expected to yield up to a part's own: the target's, and those of the parts before
+        it (links), each passing at its part's estimate once all before it pass."""
+        ahead, reach = 1.0, 1.0
+        for a in (a for x in links for a in x.policy.keyed(x.key).acceptances(x.n)):
+            reach *= a
+            ahead += reach
+        return ahead
 
     def _lead_check(self, r, link: Link, decision, j: int, behind: int, read_s: float) -> int | None:
         """Where the plan has prompt lookup go alone this round (its first j tokens, the draft model drafting none):

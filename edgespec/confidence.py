@@ -90,6 +90,7 @@ class ConfidenceStop:
         self.hand_off: Callable[[Sequence[int]], bool] | None = None  # whether to stop after the tokens drafted
         # so far because prompt lookup continues them for less (Chain._hand_off; its tail takes the round on) ...
         self.check: int | None = None  # ... once the draft model's next token is this one, lookup's next (agrees)
+        self.handed = False  # the round stopped here for lookup's continuation (a hand-off, checked or not)
 
     def _a(self, i: int) -> float:
         return self.accept[i] if i < len(self.accept) else (self.accept[-1] if self.accept else 0.5)
@@ -123,6 +124,7 @@ class ConfidenceStop:
             if self.check is not None and i + 1 < self.most:
                 return True  # one more, to check the hand-off (agrees)
             self.check = None
+            self.handed = True
             return False
         return self._pays(i + 1, self.reach * self._a(i + 1), False)
 
@@ -132,4 +134,5 @@ class ConfidenceStop:
         way the check is spent. It compares drafted tokens with lookup's, never the target's: sampling stays
         exact."""
         check, self.check = self.check, None
-        return check is not None and token == check
+        self.handed = check is not None and token == check
+        return self.handed
