@@ -7,6 +7,7 @@ next one (a quotation still); else it drafts on. The same check may come before 
 draft model's first token, and lookup's continuation only where that is lookup's first."""
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from .splits import least_per_token
@@ -42,11 +43,10 @@ class ChainHandOff:
         base = self._expectation(n, reading) if offered else None
         if base is None:
             return 0
-        expected, reach = base[2], 1.0
-        for a in self._accept():
-            reach *= a
         if last.stop is not None and last.stop.handed:
             expected, reach = self._ahead(self._used[:-1]) + last.stop.expected, last.stop.reach
+        else:
+            expected, reach = base[2], math.prod(self._accept())
         best = lead.policy.keep_after(len(offered), key, n, base[1], expected, reach)
         from . import chain  # (which imports this module)
 

@@ -134,5 +134,7 @@ class ConfidenceStop:
         way the check is spent. It compares drafted tokens with lookup's, never the target's: sampling stays
         exact."""
         check, self.check = self.check, None
-        self.handed = check is not None and token == check
+        if check is None:
+            return False
+        self.handed = token == check
         return self.handed
